@@ -1,0 +1,48 @@
+"""gflow: gradient-flow simulator for the training dynamics of attention."""
+
+from .data import MarkovChain, stationary_distribution
+from .flow import GradientField, solve_flow
+from .losses import (
+    PopulationLoss,
+    SequenceLoss,
+    population_attention,
+    population_logits,
+    population_loss,
+    sequence_loss,
+)
+from .model import AttentionModel
+from .observables import (
+    MarkovObservables,
+    attention_entropy,
+    entropy,
+    evaluate_metrics,
+    gradient_norm,
+    singular_values,
+)
+from .optim import run_optimizer
+from .trajectory import Trajectory, parameter_distance
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttentionModel",
+    "GradientField",
+    "MarkovChain",
+    "MarkovObservables",
+    "PopulationLoss",
+    "SequenceLoss",
+    "Trajectory",
+    "attention_entropy",
+    "entropy",
+    "evaluate_metrics",
+    "gradient_norm",
+    "parameter_distance",
+    "population_attention",
+    "population_logits",
+    "population_loss",
+    "run_optimizer",
+    "sequence_loss",
+    "singular_values",
+    "solve_flow",
+    "stationary_distribution",
+]

@@ -1,0 +1,132 @@
+"""The one-layer attention model of MODEL.md §2 (unbatched)."""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+
+class AttentionModel(eqx.Module):
+    """One attention layer with embedding, projection and a factorised W_A.
+
+    The last position attends to every position of the context; the output is the
+    attention-weighted sum of the context embeddings, projected back to the vocabulary.
+    There is no value matrix, MLP, LayerNorm or positional encoding (MODEL.md §1).
+
+    Fields:
+        W_E: embedding, [d, m].
+        W_Q: query factor of W_A = W_Q W_Kᵀ, [m, m]; the whole W_A when ``W_K`` is None.
+        W_K: key factor, [m, m], or None for the unfactorised variant. The unfactorised
+            form is an option for ablations: it removes the unigram plateau and merges
+            stages I and II, so it is not the default.
+        W_P: projection (unembedding), [m, d].
+        tau: softmax scale of the attention scores (1 by default, or 1/√m).
+        residual: add the query token's own embedding to the attention output. This is
+            an ablation: the bigram is then learned through W_E W_P and attention never
+            grows (MODEL.md §1).
+    """
+
+    W_E: Float[Array, "d m"]
+    W_Q: Float[Array, "m m"]
+    W_K: Float[Array, "m m"] | None
+    W_P: Float[Array, "m d"]
+    tau: float = eqx.field(static=True, default=1.0)
+    residual: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        d, m = self.W_E.shape
+        if self.W_P.shape != (m, d):
+            raise ValueError(f"W_P must have shape {(m, d)} to match W_E {(d, m)}")
+        if self.W_Q.shape != (m, m):
+            raise ValueError(f"W_Q must have shape {(m, m)}, got {self.W_Q.shape}")
+        if self.W_K is not None and self.W_K.shape != (m, m):
+            raise ValueError(f"W_K must have shape {(m, m)}, got {self.W_K.shape}")
+        if not self.tau > 0:
+            raise ValueError(f"tau must be positive, got {self.tau}")
+
+    @classmethod
+    def init(
+        cls,
+        *,
+        d_vocab: int,
+        d_model: int,
+        init_scale: float = 1e-3,
+        key: jax.Array,
+        tau: float | str = 1.0,
+        factorised: bool = True,
+        residual: bool = False,
+        dtype=None,
+    ) -> AttentionModel:
+        """Draw every entry i.i.d. N(0, init_scale²).
+
+        Args:
+            d_vocab: vocabulary size d.
+            d_model: width m.
+            init_scale: standard deviation ε of every entry.
+            key: PRNG key.
+            tau: softmax scale, a positive number or ``"inv_sqrt_m"`` for 1/√m.
+            factorised: store W_A as W_Q W_Kᵀ (default) or as one m×m matrix.
+            residual: the residual-connection ablation.
+            dtype: float dtype of the weights (default: JAX's default float).
+        """
+        if d_vocab < 2:
+            raise ValueError(f"d_vocab must be at least 2, got {d_vocab}")
+        if d_model < 1:
+            raise ValueError(f"d_model must be at least 1, got {d_model}")
+        if not init_scale > 0:
+            raise ValueError(f"init_scale must be positive, got {init_scale}")
+        if tau == "inv_sqrt_m":
+            tau = 1.0 / math.sqrt(d_model)
+        d, m = d_vocab, d_model
+        dtype = dtype or jnp.zeros(()).dtype
+        kE, kQ, kK, kP = jax.random.split(key, 4)
+
+        def draw(k, shape):
+            return init_scale * jax.random.normal(k, shape, dtype=dtype)
+
+        return cls(
+            W_E=draw(kE, (d, m)),
+            W_Q=draw(kQ, (m, m)),
+            W_K=draw(kK, (m, m)) if factorised else None,
+            W_P=draw(kP, (m, d)),
+            tau=float(tau),
+            residual=residual,
+        )
+
+    @property
+    def d_vocab(self) -> int:
+        return self.W_E.shape[0]
+
+    @property
+    def d_model(self) -> int:
+        return self.W_E.shape[1]
+
+    @property
+    def W_A(self) -> Float[Array, "m m"]:
+        """The attention matrix W_Q W_Kᵀ (or the stored W_A when unfactorised)."""
+        return self.W_Q if self.W_K is None else self.W_Q @ self.W_K.T
+
+    @property
+    def M(self) -> Float[Array, "d d"]:
+        """Token-to-logit map W_E W_P: row k is token k's contribution to the logits."""
+        return self.W_E @ self.W_P
+
+    @property
+    def Phi(self) -> Float[Array, "d d"]:
+        """Attention scores between token types, W_E W_A W_Eᵀ (before τ)."""
+        return self.W_E @ self.W_A @ self.W_E.T
+
+    def __call__(self, context: Int[Array, " s"]) -> Float[Array, " d"]:
+        """Logits for the token after ``context`` from gathered embeddings (§2)."""
+        emb = self.W_E[context]  # [s, m]
+        query = emb[-1]  # [m]
+        scores = self.tau * (query @ self.W_A) @ emb.T  # [s]
+        attn = jax.nn.softmax(scores)
+        out = attn @ emb  # [m]
+        if self.residual:
+            out = out + query
+        return out @ self.W_P

@@ -1,0 +1,161 @@
+"""The default Markov population flow as a configured, saved run (``gflow flow``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import platform
+from importlib import metadata
+from pathlib import Path
+
+import diffrax
+import jax
+import numpy as np
+
+from .data import MarkovChain
+from .flow import solve_flow
+from .io import save_trajectory, write_json
+from .losses import PopulationLoss
+from .model import AttentionModel
+from .observables import MarkovObservables
+from .trajectory import Trajectory
+
+#: The solvers a configuration can name; strings become objects here only.
+SOLVERS = {
+    "euler": diffrax.Euler,
+    "heun": diffrax.Heun,
+    "bosh3": diffrax.Bosh3,
+    "tsit5": diffrax.Tsit5,
+    "dopri5": diffrax.Dopri5,
+    "dopri8": diffrax.Dopri8,
+    "kvaerno5": diffrax.Kvaerno5,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowConfig:
+    """Everything that defines a Markov population flow; validates itself."""
+
+    pi: tuple[float, ...] = (0.75, 0.19, 0.05, 0.01)
+    lam: float = 0.5
+    d_model: int = 32
+    init_scale: float = 1e-3
+    tau: float = 1.0
+    factorised: bool = True
+    residual: bool = False
+    seed: int = 0
+    t1: float = 400.0
+    num_saves: int = 401
+    solver: str = "tsit5"
+    rtol: float = 1e-6
+    atol: float = 1e-8
+    max_steps: int = 1_000_000
+    x64: bool = True
+
+    def __post_init__(self):
+        def bad(field, why):
+            raise ValueError(f"{field}: {why}")
+
+        if not self.t1 > 0:
+            bad("t1", f"must be > 0, got {self.t1}")
+        if not self.init_scale > 0:
+            bad("init_scale", f"must be > 0, got {self.init_scale}")
+        if not 0 <= self.lam < 1:
+            bad("lam", f"must lie in [0, 1), got {self.lam}")
+        if self.d_model < 1:
+            bad("d_model", f"must be >= 1, got {self.d_model}")
+        if not self.tau > 0:
+            bad("tau", f"must be > 0, got {self.tau}")
+        if self.num_saves < 2:
+            bad("num_saves", f"must be >= 2, got {self.num_saves}")
+        if self.solver not in SOLVERS:
+            bad(
+                "solver",
+                f"unknown solver {self.solver!r}; choose one of {', '.join(SOLVERS)}",
+            )
+        if not (self.rtol > 0 and self.atol >= 0):
+            bad(
+                "rtol/atol",
+                f"need rtol > 0 and atol >= 0, got {self.rtol}, {self.atol}",
+            )
+        if self.max_steps < 1:
+            bad("max_steps", f"must be >= 1, got {self.max_steps}")
+        MarkovChain.from_lambda(pi=self.pi, lam=self.lam)  # validates pi
+
+    def chain(self) -> MarkovChain:
+        return MarkovChain.from_lambda(pi=self.pi, lam=self.lam)
+
+    def model(self) -> AttentionModel:
+        return AttentionModel.init(
+            d_vocab=len(self.pi),
+            d_model=self.d_model,
+            init_scale=self.init_scale,
+            key=jax.random.key(self.seed),
+            tau=self.tau,
+            factorised=self.factorised,
+            residual=self.residual,
+        )
+
+
+def environment() -> dict:
+    """Package versions, platform and device, for a run's config.json."""
+    versions = {}
+    for pkg in ("gflow", "jax", "jaxlib", "diffrax", "equinox", "optax", "numpy"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "versions": versions,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "devices": [str(d) for d in jax.devices()],
+        "x64": bool(jax.config.jax_enable_x64),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    }
+
+
+def run_flow(cfg: FlowConfig, *, progress: bool | None = None) -> Trajectory:
+    """Integrate the population flow that ``cfg`` describes."""
+    chain = cfg.chain()
+    return solve_flow(
+        PopulationLoss(chain),
+        cfg.model(),
+        t1=cfg.t1,
+        ts=np.linspace(0.0, cfg.t1, cfg.num_saves),
+        solver=SOLVERS[cfg.solver](),
+        rtol=cfg.rtol,
+        atol=cfg.atol,
+        max_steps=cfg.max_steps,
+        observables=MarkovObservables(chain),
+        progress=progress,
+    )
+
+
+def write_flow_run(run_dir, cfg: FlowConfig, traj: Trajectory) -> Path:
+    """Write config.json, the trajectory files and flow.png into ``run_dir``."""
+    from .plotting import plot_flow  # matplotlib only where a figure is drawn
+
+    run_dir = Path(run_dir)
+    chain = cfg.chain()
+    write_json(
+        run_dir / "config.json",
+        {
+            "command": "flow",
+            "config": dataclasses.asdict(cfg),
+            "references": {
+                "unigram_loss": chain.unigram_loss,
+                "bayes_loss": chain.bayes_loss,
+            },
+            "environment": environment(),
+        },
+    )
+    save_trajectory(run_dir, traj, name="flow")
+    plot_flow(
+        traj,
+        run_dir / "flow.png",
+        unigram_loss=chain.unigram_loss,
+        bayes_loss=chain.bayes_loss,
+        title=f"population flow, ε={cfg.init_scale:g}",
+    )
+    return run_dir

@@ -1,0 +1,96 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gflow
+from gflow import AttentionModel, MarkovChain, PopulationLoss, solve_flow
+
+
+@pytest.fixture(scope="module")
+def setup():
+    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
+    model = AttentionModel.init(
+        d_vocab=3, d_model=3, init_scale=0.3, key=jax.random.key(1)
+    )
+    return PopulationLoss(chain), model
+
+
+def test_flow_decreases_loss_and_reports_stats(setup):
+    loss, model = setup
+    tr = solve_flow(
+        loss, model, t1=5.0, ts=np.linspace(0, 5, 11), rtol=1e-8, atol=1e-10
+    )
+    assert tr.status == "success" and tr.ok
+    assert tr.t.shape == (11,) and tr.metrics["loss"].shape == (11,)
+    assert np.all(np.diff(tr.metrics["loss"]) < 0)  # a gradient flow never goes up
+    assert tr.metrics["loss"][0] == pytest.approx(float(loss(model)), rel=1e-12)
+    assert tr.metrics["loss"][-1] == pytest.approx(float(loss(tr.final)), rel=1e-12)
+    s = tr.stats
+    assert s["num_accepted_steps"] + s["num_rejected_steps"] == s["num_steps"] > 0
+    assert s["grad_evals"] == 1 + 6 * s["num_steps"]  # Tsit5: 7 stages, FSAL
+    assert tr.final.W_E.dtype == jnp.float64
+
+
+def test_gd_converges_to_flow_at_order_one(setup):
+    """GD with step η sits at the flow time Σ η; its error at fixed T halves with η."""
+    loss, model = setup
+    T = 2.0
+    errors = []
+    for eta in (0.04, 0.02, 0.01):
+        steps = int(round(T / eta))
+        opt = optax.inject_hyperparams(optax.sgd)(learning_rate=eta)
+        gd = gflow.run_optimizer(
+            loss, model, opt, steps=steps, save_every=steps // 10, save_params=True
+        )
+        assert gd.t[-1] == pytest.approx(T, rel=1e-12)
+        # the same number of save times each time: the flow compiles once
+        flow = solve_flow(
+            loss, model, t1=T, ts=gd.t, rtol=1e-10, atol=1e-12, save_params=True
+        )
+        dist = gflow.parameter_distance(flow, gd)
+        assert dist["total"][0] == 0.0
+        errors.append(dist["total"][-1])
+    ratios = np.array(errors[:-1]) / np.array(errors[1:])
+    assert np.all(np.abs(ratios - 2.0) < 0.15), (errors, ratios)
+
+
+def test_max_steps_keeps_partial_trajectory(setup):
+    loss, model = setup
+    tr = solve_flow(loss, model, t1=50.0, ts=np.linspace(0, 50, 51), max_steps=8)
+    assert tr.status == "max_steps"
+    assert 1 <= len(tr) < 51
+    assert tr.stats["t_reached"] < 50.0
+    assert np.all(np.isfinite(tr.metrics["loss"]))
+
+
+class _Exploding(eqx.Module):
+    """L = -|W_E|⁴: its flow blows up in finite time (at t = 1/(8|W_E(0)|²))."""
+
+    def __call__(self, model):
+        return -(jnp.sum(model.W_E**2) ** 2)
+
+
+def test_blow_up_is_reported_not_raised(setup):
+    _, model = setup
+    tr = solve_flow(_Exploding(), model, t1=1e6, ts=np.linspace(0, 1e6, 5))
+    assert tr.status in ("diverged", "failed", "max_steps")
+    assert tr.status != "success"
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"t1": 0.0}, "t1"),
+        ({"t1": 1.0, "ts": [0.5, 2.0]}, "ts"),
+        ({"t1": 1.0, "ts": [0.5, 0.2]}, "non-decreasing"),
+        ({"t1": 1.0, "rtol": 0.0}, "rtol"),
+        ({"t1": 1.0, "max_steps": 0}, "max_steps"),
+    ],
+)
+def test_bad_arguments(setup, kwargs, match):
+    loss, model = setup
+    with pytest.raises(ValueError, match=match):
+        solve_flow(loss, model, **kwargs)

@@ -1,0 +1,143 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gflow import AttentionModel, MarkovChain, population_loss, sequence_loss
+from gflow.losses import population_attention
+
+
+def _zero_model(d=4, m=8):
+    z = jnp.zeros
+    return AttentionModel(W_E=z((d, m)), W_Q=z((m, m)), W_K=z((m, m)), W_P=z((m, d)))
+
+
+def test_loss_at_zero_is_log_d():
+    chain = MarkovChain.default()
+    assert float(population_loss(_zero_model(), chain)) == pytest.approx(
+        np.log(4), 1e-14
+    )
+    tokens = chain.sample(key=jax.random.key(0), batch=16, length=9)
+    assert float(sequence_loss(_zero_model(), tokens)) == pytest.approx(
+        np.log(4), 1e-14
+    )
+
+
+def test_population_loss_matches_numpy_formula(key):
+    chain = MarkovChain.from_lambda(pi=(0.5, 0.3, 0.2), lam=0.3)
+    m = AttentionModel.init(d_vocab=3, d_model=4, init_scale=0.8, key=key, tau=0.7)
+    E, P_ = np.asarray(m.W_E), np.asarray(m.W_P)
+    M = E @ P_
+    Phi = E @ np.asarray(m.W_Q) @ np.asarray(m.W_K).T @ E.T
+    loss = 0.0
+    for i in range(3):
+        w = chain.pi * np.exp(0.7 * Phi[i])
+        a = w / w.sum()
+        f = a @ M
+        logp = f - np.log(np.exp(f).sum())
+        loss += chain.pi[i] * (chain.P[i] * -logp).sum()
+    assert float(population_loss(m, chain)) == pytest.approx(loss, rel=1e-12)
+
+
+def test_gradient_matches_central_differences(key):
+    chain = MarkovChain.default()
+    m = AttentionModel.init(d_vocab=4, d_model=3, init_scale=0.5, key=key)
+    grads = eqx.filter_grad(population_loss)(m, chain)
+    params, static = eqx.partition(m, eqx.is_inexact_array)
+    flat, unravel = jax.flatten_util.ravel_pytree(params)
+    gflat, _ = jax.flatten_util.ravel_pytree(eqx.filter(grads, eqx.is_inexact_array))
+
+    def f(x):
+        return float(population_loss(eqx.combine(unravel(x), static), chain))
+
+    h = 1e-6
+    rng = np.random.default_rng(0)
+    for i in rng.choice(flat.size, size=12, replace=False):
+        e = jnp.zeros_like(flat).at[i].set(h)
+        fd = (f(flat + e) - f(flat - e)) / (2 * h)
+        assert gflat[i] == pytest.approx(fd, rel=1e-6, abs=1e-9)
+
+
+def test_condensation_gradient_at_zero():
+    """At θ = 0 attention gets no gradient and dL/dM = π(1/d·1 − π)ᵀ (MODEL.md §6)."""
+    chain = MarkovChain.default()
+    pi, d = chain.pi, 4
+    # dL/dM through a model with M as free d×d matrix: W_E = I, W_P = M (m = d).
+    eye = jnp.eye(d)
+    model = AttentionModel(
+        W_E=eye, W_Q=jnp.zeros((d, d)), W_K=jnp.zeros((d, d)), W_P=jnp.zeros((d, d))
+    )
+    g = eqx.filter_grad(population_loss)(model, chain)
+    expected = np.outer(pi, np.full(d, 1 / d) - pi)
+    np.testing.assert_allclose(g.W_P, expected, atol=1e-14)
+    assert np.linalg.matrix_rank(np.asarray(g.W_P), tol=1e-10) == 1
+    sigma0 = np.linalg.norm(pi) * np.linalg.norm(pi - 1 / d)
+    assert np.linalg.svd(np.asarray(g.W_P), compute_uv=False)[0] == pytest.approx(
+        sigma0
+    )
+    g0 = eqx.filter_grad(population_loss)(_zero_model(), chain)
+    assert float(jnp.abs(g0.W_Q).max()) == 0.0 and float(jnp.abs(g0.W_K).max()) == 0.0
+
+
+@pytest.mark.parametrize("all_positions", [False, True])
+@pytest.mark.parametrize("residual", [False, True])
+def test_dense_and_gathered_forms_agree(key, all_positions, residual):
+    chain = MarkovChain.default()
+    m = AttentionModel.init(
+        d_vocab=4, d_model=6, init_scale=0.7, key=key, residual=residual
+    )
+    tokens = chain.sample(key=jax.random.key(5), batch=32, length=17)
+    a = sequence_loss(m, tokens, all_positions=all_positions, dense=True)
+    b = sequence_loss(m, tokens, all_positions=all_positions, dense=False)
+    assert float(a) == pytest.approx(float(b), rel=1e-12)
+    ga = eqx.filter_grad(sequence_loss)(
+        m, tokens, all_positions=all_positions, dense=True
+    )
+    gb = eqx.filter_grad(sequence_loss)(
+        m, tokens, all_positions=all_positions, dense=False
+    )
+    for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb)):
+        np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)
+
+
+def test_last_position_gathered_form_is_the_model_call(key):
+    m = AttentionModel.init(d_vocab=4, d_model=6, init_scale=0.7, key=key)
+    tokens = jnp.array([[0, 1, 2, 3, 1], [3, 3, 0, 1, 2]])
+    logits = jax.vmap(m)(tokens[:, :-1])
+    logp = jax.nn.log_softmax(logits)
+    expected = -(logp[0, 1] + logp[1, 2]) / 2
+    assert float(sequence_loss(m, tokens, dense=False)) == pytest.approx(
+        float(expected)
+    )
+
+
+def test_population_loss_is_the_long_sequence_limit(key):
+    chain = MarkovChain.default()
+    m = AttentionModel.init(d_vocab=4, d_model=4, init_scale=0.6, key=key)
+    losses = []
+    for s in (32, 512):
+        tokens = chain.sample(key=jax.random.key(s), batch=4096, length=s + 1)
+        losses.append(float(sequence_loss(m, tokens)))
+    exact = float(population_loss(m, chain))
+    assert abs(losses[1] - exact) < 0.01
+    assert abs(losses[1] - exact) < abs(losses[0] - exact) + 0.005
+
+
+def test_population_attention_rows_are_distributions(key):
+    chain = MarkovChain.default()
+    m = AttentionModel.init(d_vocab=4, d_model=4, init_scale=0.6, key=key)
+    a = population_attention(m, chain.pi)
+    np.testing.assert_allclose(a.sum(axis=1), 1.0, atol=1e-14)
+    # zero scores: attention equals the key frequencies
+    np.testing.assert_allclose(
+        population_attention(_zero_model(), chain.pi),
+        np.tile(chain.pi, (4, 1)),
+        atol=1e-15,
+    )
+
+
+def test_sequence_loss_rejects_bad_tokens(key):
+    m = AttentionModel.init(d_vocab=4, d_model=4, key=key)
+    with pytest.raises(ValueError, match="tokens"):
+        sequence_loss(m, jnp.zeros((3,), int))

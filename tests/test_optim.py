@@ -1,0 +1,95 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from gflow import AttentionModel, MarkovChain, PopulationLoss, run_optimizer
+
+
+@pytest.fixture(scope="module")
+def setup():
+    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
+    model = AttentionModel.init(
+        d_vocab=3, d_model=3, init_scale=0.3, key=jax.random.key(1)
+    )
+    return PopulationLoss(chain), model
+
+
+def test_constant_clock_and_saves(setup):
+    loss, model = setup
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+    tr = run_optimizer(loss, model, opt, steps=25, save_every=10)
+    # saves at steps 0, 10, 20 and the last step 25
+    np.testing.assert_allclose(tr.t, [0.0, 1.0, 2.0, 2.5], rtol=1e-12)
+    assert tr.metrics["loss"][0] == pytest.approx(float(loss(model)))
+    assert tr.metrics["loss"][-1] == pytest.approx(float(loss(tr.final)))
+    assert tr.metrics["loss"][-1] < tr.metrics["loss"][0]
+    assert tr.status == "success"
+
+
+def test_schedule_sets_the_clock(setup):
+    loss, model = setup
+    sched = optax.linear_schedule(0.2, 0.02, transition_steps=10)
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=sched)
+    tr = run_optimizer(loss, model, opt, steps=12, save_every=1)
+    expected = np.concatenate([[0.0], np.cumsum([float(sched(i)) for i in range(12)])])
+    # optax evaluates the schedule in float32: the clock uses the value it stepped with
+    np.testing.assert_allclose(tr.t, expected, rtol=1e-6)
+
+
+def test_plain_optimizer_needs_learning_rate(setup):
+    loss, model = setup
+    with pytest.raises(ValueError, match="inject_hyperparams"):
+        run_optimizer(loss, model, optax.sgd(0.1), steps=3)
+    a = run_optimizer(
+        loss, model, optax.sgd(0.1), steps=5, learning_rate=0.1, save_every=5
+    )
+    b = run_optimizer(
+        loss,
+        model,
+        optax.inject_hyperparams(optax.sgd)(learning_rate=0.1),
+        steps=5,
+        save_every=5,
+    )
+    np.testing.assert_allclose(a.t, b.t)
+    np.testing.assert_allclose(a.final.W_E, b.final.W_E, rtol=1e-12)
+
+
+def test_huge_step_is_diverged_with_its_step(setup):
+    loss, model = setup
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=1e9)
+    tr = run_optimizer(loss, model, opt, steps=20, save_every=1)
+    assert tr.status == "diverged"
+    k = tr.stats["diverged_step"]
+    assert 0 <= k < 20
+    assert np.all(np.isfinite(np.asarray(tr.final.W_E)))
+    assert np.isnan(tr.metrics["loss"][-1])
+
+
+def test_adam_runs_on_the_clock(setup):
+    loss, model = setup
+    opt = optax.inject_hyperparams(optax.adam)(learning_rate=0.01)
+    tr = run_optimizer(loss, model, opt, steps=100)
+    assert tr.t[-1] == pytest.approx(1.0)
+    assert tr.metrics["loss"][-1] < tr.metrics["loss"][0]
+
+
+@pytest.mark.parametrize("kwargs", [{"steps": 0}, {"steps": 5, "save_every": 0}])
+def test_bad_step_counts(setup, kwargs):
+    loss, model = setup
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+    with pytest.raises(ValueError, match="steps|save_every"):
+        run_optimizer(loss, model, opt, **kwargs)
+
+
+def test_observables_are_recorded(setup):
+    loss, model = setup
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+    obs = {"wq_norm": lambda m: jnp.linalg.norm(m.W_Q)}
+    tr = run_optimizer(
+        loss, model, opt, steps=4, save_every=2, observables=obs, save_params=True
+    )
+    np.testing.assert_allclose(
+        tr.metrics["wq_norm"], [np.linalg.norm(tr.snapshot(i).W_Q) for i in range(3)]
+    )
