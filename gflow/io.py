@@ -26,6 +26,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; run files are for sharing
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
