@@ -1,0 +1,94 @@
+import base64
+import io
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import matplotlib.image as mpimg
+import matplotlib.pyplot as plt
+import pytest
+
+from gflow.cli import main
+from gflow.io import write_json
+from gflow.plotting import save_figure
+from gflow.report import render_report
+
+
+class _Images(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.srcs = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.srcs.append(dict(attrs)["src"])
+
+
+def _run_dir(path):
+    write_json(path / "config.json", {"command": "flow", "config": {"t1": 5.0}})
+    write_json(
+        path / "stages.json",
+        [
+            {"stage": "condensation", "t_start": 0.0, "t_end": 20.0, "cycle": 1},
+            {"stage": "focus", "t_start": 60.0, "t_end": 100.0, "cycle": 1},
+        ],
+    )
+    for name in ("a.png", "b.png"):
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [1, 0])
+        save_figure(fig, path / name)
+
+
+def test_report_embeds_every_figure_and_the_stage_table(tmp_path):
+    _run_dir(tmp_path)
+    assert main(["report", str(tmp_path)]) == 0
+    text = (tmp_path / "report.html").read_text()
+    parser = _Images()
+    parser.feed(text)
+    assert len(parser.srcs) == 2
+    for src in parser.srcs:
+        assert src.startswith("data:image/png;base64,")
+        img = mpimg.imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+        assert img.shape[0] > 50 and img.shape[1] > 50  # decodes as a real image
+    assert "condensation" in text and "focus" in text
+    assert 'src="http' not in text  # self-contained
+
+
+def test_report_of_a_non_run_directory_is_a_clear_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "config.json" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")
+def test_report_renders_in_headless_chromium(tmp_path):
+    _run_dir(tmp_path)
+    (tmp_path / "r.html").write_text(render_report(tmp_path))
+    # every <img> must have a decoded width > 0 once the page has loaded
+    js = (
+        "[...document.images].every(i => i.complete && i.naturalWidth > 0)"
+        " ? 'ALL-LOADED' : 'MISSING'"
+    )
+    page = tmp_path / "check.html"
+    page.write_text(
+        (tmp_path / "r.html")
+        .read_text()
+        .replace(
+            "</body>",
+            f"<script>window.onload=()=>{{document.title={js};}}</script></body>",
+        )
+    )
+    out = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert "<title>ALL-LOADED</title>" in out

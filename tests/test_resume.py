@@ -1,0 +1,58 @@
+import jax
+import numpy as np
+import pytest
+
+import gflow.resume as resume
+from gflow import AttentionModel, MarkovChain, MarkovObservables, PopulationLoss
+from gflow.resume import CHECKPOINT, solve_flow_resumable
+
+
+@pytest.fixture(scope="module")
+def setup():
+    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
+    model = AttentionModel.init(
+        d_vocab=3, d_model=3, init_scale=0.3, key=jax.random.key(1)
+    )
+    return PopulationLoss(chain), model, MarkovObservables(chain)
+
+
+def test_interrupted_and_resumed_equals_uninterrupted(setup, tmp_path, monkeypatch):
+    loss, model, obs = setup
+    ts = np.linspace(0, 6, 25)
+    kw = dict(t1=6.0, ts=ts, segments=3, observables=obs, rtol=1e-8, atol=1e-10)
+    full = solve_flow_resumable(loss, model, checkpoint_dir=tmp_path / "a", **kw)
+    assert full.status == "success"
+    np.testing.assert_allclose(full.t, ts)
+    assert full.info["resumed_from_segment"] == -1
+
+    # interrupt the run in its second segment, as a SIGTERM would
+    ck = tmp_path / "b"
+    real = resume.solve_flow
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(resume, "solve_flow", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        solve_flow_resumable(loss, model, checkpoint_dir=ck, **kw)
+    monkeypatch.setattr(resume, "solve_flow", real)
+    assert (ck / CHECKPOINT).exists()
+    again = solve_flow_resumable(loss, model, checkpoint_dir=ck, **kw)
+    assert again.info["resumed_from_segment"] == 0
+    np.testing.assert_array_equal(again.t, full.t)
+    for k in full.metrics:
+        np.testing.assert_array_equal(again.metrics[k], full.metrics[k])
+    np.testing.assert_array_equal(again.final.W_E, full.final.W_E)
+
+
+def test_wrong_configuration_is_refused(setup, tmp_path):
+    loss, model, _ = setup
+    solve_flow_resumable(loss, model, t1=2.0, segments=2, checkpoint_dir=tmp_path)
+    with pytest.raises(ValueError, match="different configuration"):
+        solve_flow_resumable(
+            loss, model, t1=2.0, segments=2, rtol=1e-3, checkpoint_dir=tmp_path
+        )
