@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from .commands import COMMANDS
@@ -24,9 +25,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # SIGTERM (a batch scheduler's stop) unwinds like Ctrl-C: checkpoints are atomic
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return args.handler(args)
     except (UsageError, ValueError, FileNotFoundError) as e:
@@ -35,7 +42,11 @@ def main(argv=None) -> int:
         print(f"gflow {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"gflow {args.command}: interrupted", file=sys.stderr)
+        print(
+            f"gflow {args.command}: interrupted; finished work is saved "
+            "(a flow resumes with --resume RUN_DIR)",
+            file=sys.stderr,
+        )
         return 130
 
 

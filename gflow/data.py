@@ -21,7 +21,9 @@ def _validate_distribution(name: str, p) -> np.ndarray:
     if p.ndim != 1 or p.size < 2:
         raise ValueError(f"{name} must be a 1-D probability vector of length >= 2")
     if not np.all(np.isfinite(p)) or np.any(p < 0):
-        raise ValueError(f"{name} must have finite, non-negative entries, got {p}")
+        raise ValueError(
+            f"{name} must have finite, non-negative entries, got {p.tolist()}"
+        )
     if abs(p.sum() - 1.0) > 1e-6:
         raise ValueError(
             f"{name} must sum to 1, it sums to {p.sum():.8g}; normalise it"

@@ -196,6 +196,12 @@ def run_optimizer(
         )
     if isinstance(learning_rate, (int, float)) and not learning_rate > 0:
         raise ValueError(f"learning_rate must be positive, got {learning_rate}")
+    if learning_rate is None:
+        eta = injected_learning_rate(opt_state)
+        if not isinstance(eta, jax.core.Tracer) and not np.all(np.asarray(eta) > 0):
+            raise ValueError(
+                f"the optimizer's learning_rate must be positive, got {np.asarray(eta)}"
+            )
     times, metrics, snaps, final, bad_at = run_core(
         params,
         static,

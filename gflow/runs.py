@@ -80,7 +80,11 @@ class FlowConfig:
             )
         if self.max_steps < 1:
             bad("max_steps", f"must be >= 1, got {self.max_steps}")
-        MarkovChain.from_lambda(pi=self.pi, lam=self.lam)  # validates pi
+        try:
+            MarkovChain.from_lambda(pi=self.pi, lam=self.lam)
+        except ValueError as e:
+            field = "lam" if str(e).startswith("lam") else "pi"
+            bad(field, str(e).removeprefix(field).strip())
 
     def chain(self) -> MarkovChain:
         return MarkovChain.from_lambda(pi=self.pi, lam=self.lam)
