@@ -18,6 +18,7 @@ from .io import save_trajectory, write_json
 from .losses import PopulationLoss
 from .model import AttentionModel
 from .observables import MarkovObservables
+from .resume import solve_flow_resumable
 from .trajectory import Trajectory
 
 #: The solvers a configuration can name; strings become objects here only.
@@ -51,6 +52,7 @@ class FlowConfig:
     atol: float = 1e-8
     max_steps: int = 1_000_000
     x64: bool = True
+    segments: int = 10
 
     def __post_init__(self):
         def bad(field, why):
@@ -80,6 +82,8 @@ class FlowConfig:
             )
         if self.max_steps < 1:
             bad("max_steps", f"must be >= 1, got {self.max_steps}")
+        if self.segments < 1:
+            bad("segments", f"must be >= 1, got {self.segments}")
         try:
             MarkovChain.from_lambda(pi=self.pi, lam=self.lam)
         except ValueError as e:
@@ -119,13 +123,16 @@ def environment() -> dict:
     }
 
 
-def run_flow(cfg: FlowConfig, *, progress: bool | None = None) -> Trajectory:
-    """Integrate the population flow that ``cfg`` describes."""
+def run_flow(
+    cfg: FlowConfig, *, progress: bool | None = None, checkpoint_dir=None
+) -> Trajectory:
+    """Integrate the population flow that ``cfg`` describes.
+
+    With ``checkpoint_dir`` the flow runs in ``cfg.segments`` checkpointed pieces and
+    resumes from a checkpoint found there (``gflow.resume``).
+    """
     chain = cfg.chain()
-    return solve_flow(
-        PopulationLoss(chain),
-        cfg.model(),
-        t1=cfg.t1,
+    kwargs = dict(
         ts=np.linspace(0.0, cfg.t1, cfg.num_saves),
         solver=SOLVERS[cfg.solver](),
         rtol=cfg.rtol,
@@ -134,16 +141,23 @@ def run_flow(cfg: FlowConfig, *, progress: bool | None = None) -> Trajectory:
         observables=MarkovObservables(chain),
         progress=progress,
     )
+    if checkpoint_dir is None:
+        return solve_flow(PopulationLoss(chain), cfg.model(), t1=cfg.t1, **kwargs)
+    return solve_flow_resumable(
+        PopulationLoss(chain),
+        cfg.model(),
+        t1=cfg.t1,
+        checkpoint_dir=checkpoint_dir,
+        segments=cfg.segments,
+        **kwargs,
+    )
 
 
-def write_flow_run(run_dir, cfg: FlowConfig, traj: Trajectory) -> Path:
-    """Write config.json, the trajectory files and flow.png into ``run_dir``."""
-    from .plotting import plot_flow  # matplotlib only where a figure is drawn
-
-    run_dir = Path(run_dir)
+def write_config(run_dir, cfg: FlowConfig) -> None:
+    """Write the run's config.json (resolved configuration, references, versions)."""
     chain = cfg.chain()
     write_json(
-        run_dir / "config.json",
+        Path(run_dir) / "config.json",
         {
             "command": "flow",
             "config": dataclasses.asdict(cfg),
@@ -154,6 +168,14 @@ def write_flow_run(run_dir, cfg: FlowConfig, traj: Trajectory) -> Path:
             "environment": environment(),
         },
     )
+
+
+def write_flow_run(run_dir, cfg: FlowConfig, traj: Trajectory) -> Path:
+    """Write the trajectory files and flow.png into ``run_dir``."""
+    from .plotting import plot_flow  # matplotlib only where a figure is drawn
+
+    run_dir = Path(run_dir)
+    chain = cfg.chain()
     save_trajectory(run_dir, traj, name="flow")
     plot_flow(
         traj,

@@ -11,7 +11,20 @@ from gflow.io import load_run
 
 def test_flow_command_writes_a_run_directory(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["--quiet", "flow", "--t1", "30", "--num-saves", "31", "--out", str(out)])
+    rc = main(
+        [
+            "--quiet",
+            "flow",
+            "--t1",
+            "30",
+            "--num-saves",
+            "31",
+            "--segments",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     for name in (
         "config.json",
@@ -57,3 +70,16 @@ def test_bad_settings_exit_2_with_one_line(args, words):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_config_and_resume_errors_are_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{t1: 3}")
+    assert main(["flow", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not valid JSON (line 1" in err[0]
+    assert main(["flow", "--resume", str(tmp_path / "nope")]) == 2
+    assert "no config.json" in capsys.readouterr().err
+    (tmp_path / "cfg.json").write_text(json.dumps({"t1": -4}))
+    assert main(["flow", "--config", str(tmp_path / "cfg.json")]) == 2
+    assert "t1: must be > 0" in capsys.readouterr().err

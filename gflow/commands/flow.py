@@ -1,4 +1,4 @@
-"""``gflow flow``: the default Markov population flow as a run directory."""
+"""``gflow flow``: the default Markov population flow as a resumable run directory."""
 
 from __future__ import annotations
 
@@ -6,7 +6,24 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from .common import default_out, floats
+from .common import default_out, floats, load_config_file, start_log
+
+# option -> FlowConfig field, for the settings a user can give on the command line
+_OPTIONS = {
+    "t1": ("--t1", float, "final flow time"),
+    "init_scale": ("--init-scale", float, "std of the initial weights ε"),
+    "seed": ("--seed", int, "PRNG seed of the initial weights"),
+    "pi": ("--pi", floats, "stationary distribution, comma-separated"),
+    "lam": ("--lam", float, "repeat probability λ"),
+    "d_model": ("--d-model", int, "width m"),
+    "tau": ("--tau", float, "softmax scale τ"),
+    "solver": ("--solver", str, None),
+    "rtol": ("--rtol", float, "relative tolerance"),
+    "atol": ("--atol", float, "absolute tolerance"),
+    "max_steps": ("--max-steps", int, "solver step budget"),
+    "num_saves": ("--num-saves", int, "number of saved times"),
+    "segments": ("--segments", int, "checkpointed pieces of [0, t1]"),
+}
 
 
 def register(sub) -> None:
@@ -17,7 +34,9 @@ def register(sub) -> None:
         "flow",
         help="integrate the default Markov population flow and write a run directory",
         description="Integrate dθ/dt = -∇L(θ) for the population loss of a Markov "
-        "chain (MODEL.md §3-4); write config.json, metrics, parameters and flow.png.",
+        "chain (MODEL.md §3-4); write config.json, metrics, parameters and figures. "
+        "The flow is checkpointed after each segment: an interrupted run continues "
+        "with --resume RUN_DIR.",
     )
     p.add_argument(
         "--out",
@@ -25,77 +44,103 @@ def register(sub) -> None:
         default=None,
         help="run directory (default: runs/flow-<time>)",
     )
-    p.add_argument("--t1", type=float, default=d.t1, help="final flow time")
     p.add_argument(
-        "--init-scale",
-        type=float,
-        default=d.init_scale,
-        help="std of the initial weights ε",
+        "--config",
+        type=Path,
+        default=None,
+        help="JSON file of settings (a run's config.json works); options override it",
     )
-    p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
-        "--pi",
-        type=floats,
-        default=d.pi,
-        help="stationary distribution, comma-separated",
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue an interrupted run from its last checkpoint",
     )
-    p.add_argument("--lam", type=float, default=d.lam, help="repeat probability λ")
-    p.add_argument("--d-model", type=int, default=d.d_model, help="width m")
-    p.add_argument("--tau", type=float, default=d.tau, help="softmax scale τ")
+    for field, (flag, typ, text) in _OPTIONS.items():
+        if field == "solver":
+            text = f"one of {', '.join(SOLVERS)}"
+        default = getattr(d, field)
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        p.add_argument(flag, type=typ, default=None, help=f"{text} (default {shown})")
     p.add_argument(
         "--unfactorised",
         action="store_true",
+        default=None,
         help="one m×m W_A instead of W_Q W_Kᵀ (ablation)",
     )
-    p.add_argument("--residual", action="store_true", help="residual ablation")
-    p.add_argument("--solver", default=d.solver, help=f"one of {', '.join(SOLVERS)}")
-    p.add_argument("--rtol", type=float, default=d.rtol)
-    p.add_argument("--atol", type=float, default=d.atol)
-    p.add_argument("--max-steps", type=int, default=d.max_steps)
-    p.add_argument("--num-saves", type=int, default=d.num_saves)
     p.add_argument(
-        "--float32", action="store_true", help="run in float32 (default float64)"
+        "--residual", action="store_true", default=None, help="residual ablation"
     )
+    p.add_argument("--float32", action="store_true", help="float32 (default float64)")
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def _resolve(args):
+    """FlowConfig from, in order: defaults, --config / --resume file, options."""
     from ..runs import FlowConfig
 
+    settings = {}
+    if args.resume is not None:
+        if args.config is not None:
+            raise UsageError("give --resume or --config, not both")
+        if not (args.resume / "config.json").exists():
+            raise UsageError(
+                f"--resume: {args.resume} has no config.json; give the directory of "
+                "an earlier 'gflow flow' run"
+            )
+        settings = load_config_file(args.resume / "config.json", FlowConfig)
+        given = [f for f in _OPTIONS if getattr(args, f) is not None]
+        if given:
+            raise UsageError(
+                f"--resume continues a run as configured; drop {', '.join(given)}"
+            )
+    elif args.config is not None:
+        settings = load_config_file(args.config, FlowConfig)
+    for field in _OPTIONS:
+        if getattr(args, field) is not None:
+            settings[field] = getattr(args, field)
+    if args.unfactorised:
+        settings["factorised"] = False
+    if args.residual:
+        settings["residual"] = True
+    if args.float32:
+        settings["x64"] = False
+    if "pi" in settings:
+        settings["pi"] = tuple(settings["pi"])
     try:
-        cfg = FlowConfig(
-            pi=tuple(args.pi),
-            lam=args.lam,
-            d_model=args.d_model,
-            init_scale=args.init_scale,
-            tau=args.tau,
-            factorised=not args.unfactorised,
-            residual=args.residual,
-            seed=args.seed,
-            t1=args.t1,
-            num_saves=args.num_saves,
-            solver=args.solver,
-            rtol=args.rtol,
-            atol=args.atol,
-            max_steps=args.max_steps,
-            x64=not args.float32,
-        )
-    except ValueError as e:
+        return FlowConfig(**settings)
+    except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from None
+
+
+def run(args) -> int:
+    cfg = _resolve(args)
     import jax
 
     jax.config.update("jax_enable_x64", cfg.x64)  # entry point: x64 is chosen here
-    from ..runs import run_flow, write_flow_run
+    from ..runs import run_flow, write_config, write_flow_run
 
-    out = args.out or default_out("flow")
+    out = args.resume or args.out or default_out("flow")
+    start_log(out)
+    if args.resume is None:
+        write_config(out, cfg)
     start = time.perf_counter()
-    traj = run_flow(cfg, progress=None if not args.quiet else False)
+    traj = run_flow(
+        cfg, progress=False if args.quiet else None, checkpoint_dir=out / "checkpoint"
+    )
     run_dir = write_flow_run(out, cfg, traj)
     s = traj.stats
+    resumed = traj.info.get("resumed_from_segment", -1)
     print(
         f"flow {traj.status}: t={s['t_reached']:g}, "
         f"loss={traj.metrics['loss'][-1]:.6f}, "
-        f"{s['num_steps']} steps ({s['num_rejected_steps']} rejected), "
-        f"{time.perf_counter() - start:.1f} s -> {run_dir}"
+        f"{s['num_steps']} steps ({s['num_rejected_steps']} rejected)"
+        + (
+            f", resumed after segment {resumed + 1}/{cfg.segments}"
+            if resumed >= 0
+            else ""
+        )
+        + f", {time.perf_counter() - start:.1f} s -> {run_dir}"
     )
     return 0 if traj.status == "success" else 1
