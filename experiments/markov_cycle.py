@@ -199,10 +199,13 @@ def measure(cfg: Config, *, out: Path = OUT) -> dict:
         tr, fc = _load(out, f"delta_{delta:g}")
         sv2 = tr.metrics["sv_W_E"][:, 1]
         g = growth(tr.t, sv2, after=100.0)
+        late = tr.t >= tr.t[-1] / 2  # growth rate of ln σ₂ over the second half
+        rate = np.polyfit(tr.t[late], np.log(sv2[late]), 1)[0]
         e_rows.append(
             {
                 "delta": delta,
                 "onset": None if g is None else g[0],
+                "late_rate": float(rate),
                 "sv2_final": float(sv2[-1]),
                 "sv2_min": float(sv2[tr.t >= 100].min()),
             }
@@ -353,7 +356,7 @@ def table(res: dict) -> str:
     er = ", ".join(
         f"δ={r['delta']:g}: "
         + (f"{r['onset']:.0f}" if r["onset"] is not None else "no growth")
-        + f" (σ₂ end {r['sv2_final']:.3g})"
+        + f" (σ₂ at t1 {r['sv2_final']:.3g}, d ln σ₂/dt late {r['late_rate']:.1e})"
         for r in e["rows"]
     )
     lines.append(f"| e. σ₂(W_E) growth onset, π = {tuple(e['pi_base'])} ± δ | {er} |")
@@ -507,11 +510,14 @@ def main() -> None:
     cfg = Config(long=not args.skip_long)
     if not args.skip_runs:
         run(cfg, only=tuple(args.only))
+    crit = critical() if args.critical else None
+    if args.only:
+        return
     res = measure(cfg)
-    if args.critical:
-        res["critical"] = critical()
-    elif (OUT / "critical.json").exists():
-        res["critical"] = read_json(OUT / "critical.json")
+    if crit is None and (OUT / "critical.json").exists():
+        crit = read_json(OUT / "critical.json")
+    if crit is not None:
+        res["critical"] = crit
     write_json(OUT / "summary.json", res)
     text = table(res)
     (OUT / "table.md").write_text(text)
