@@ -46,3 +46,15 @@ __all__ = [
     "solve_flow",
     "stationary_distribution",
 ]
+
+# Issue 3: stage observables and stage detection.
+from .diagnostics import StageObservables, effective_rank, token_coordinates  # noqa: E402
+from .stages import Stage, detect_stages  # noqa: E402
+
+__all__ += [
+    "Stage",
+    "StageObservables",
+    "detect_stages",
+    "effective_rank",
+    "token_coordinates",
+]

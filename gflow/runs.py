@@ -13,12 +13,13 @@ import jax
 import numpy as np
 
 from .data import MarkovChain
+from .diagnostics import StageObservables
 from .flow import solve_flow
 from .io import save_trajectory, write_json
 from .losses import PopulationLoss
 from .model import AttentionModel
-from .observables import MarkovObservables
 from .resume import solve_flow_resumable
+from .stages import detect_stages
 from .trajectory import Trajectory
 
 #: The solvers a configuration can name; strings become objects here only.
@@ -138,7 +139,7 @@ def run_flow(
         rtol=cfg.rtol,
         atol=cfg.atol,
         max_steps=cfg.max_steps,
-        observables=MarkovObservables(chain),
+        observables=StageObservables(chain),
         progress=progress,
     )
     if checkpoint_dir is None:
@@ -171,8 +172,13 @@ def write_config(run_dir, cfg: FlowConfig) -> None:
 
 
 def write_flow_run(run_dir, cfg: FlowConfig, traj: Trajectory) -> Path:
-    """Write the trajectory files and flow.png into ``run_dir``."""
+    """Write the trajectory files, stages.json, flow.png and stages.png.
+
+    stages.json is the JSON list of ``{stage, t_start, t_end, cycle}`` that
+    ``detect_stages`` finds (docs/markov_cycle.md).
+    """
     from .plotting import plot_flow  # matplotlib only where a figure is drawn
+    from .plotting_stages import plot_stages
 
     run_dir = Path(run_dir)
     chain = cfg.chain()
@@ -183,5 +189,15 @@ def write_flow_run(run_dir, cfg: FlowConfig, traj: Trajectory) -> Path:
         unigram_loss=chain.unigram_loss,
         bayes_loss=chain.bayes_loss,
         title=f"population flow, ε={cfg.init_scale:g}",
+    )
+    stages = detect_stages(traj, pi=chain.pi)
+    write_json(run_dir / "stages.json", [s.to_dict() for s in stages])
+    plot_stages(
+        traj,
+        stages,
+        run_dir / "stages.png",
+        unigram_loss=chain.unigram_loss,
+        bayes_loss=chain.bayes_loss,
+        title=f"stages, ε={cfg.init_scale:g}",
     )
     return run_dir
