@@ -49,7 +49,9 @@ def machine() -> dict:
         "load_average": load,
         "devices": [str(d) for d in jax.devices()],
         "jax": jax.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="s"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"
+        ),
     }
 
 
