@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .observables import evaluate_metrics
+from .solvers import StiffSwitch
 from .trajectory import Trajectory
 
 DEFAULT_NUM_SAVES = 201
@@ -77,7 +78,8 @@ def _solve(
         return out
 
     saveat = diffrax.SaveAt(
-        subs=[diffrax.SubSaveAt(ts=ts, fn=save_fn), diffrax.SubSaveAt(t1=True)]
+        subs=[diffrax.SubSaveAt(ts=ts, fn=save_fn), diffrax.SubSaveAt(t1=True)],
+        solver_state=True,  # RKC2 / StiffSwitch count their evaluations there
     )
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(GradientField(loss_fn, static)),
@@ -100,7 +102,24 @@ def _solve(
         sol.ts[1][-1],
         sol.result,
         sol.stats,
+        getattr(sol.solver_state, "num_evals", None),
     )
+
+
+def _grad_evals(solver, n_steps, n_accepted, num_evals):
+    """Gradient evaluations of a solve (a Jacobian-vector product counts as two).
+
+    Exact for fixed-stage solvers. Solvers that count in their state (RKC2,
+    StiffSwitch) keep only accepted steps' counts, since Diffrax discards a rejected
+    step's state; rejected steps are charged the accepted steps' mean.
+    """
+    if num_evals is not None:
+        num_evals = int(num_evals)
+        if n_steps > n_accepted > 0:
+            num_evals += round((n_steps - n_accepted) * num_evals / n_accepted)
+        return num_evals
+    per_step = grad_evals_per_step(solver)
+    return None if per_step is None else 1 + per_step * n_steps
 
 
 def _status(result, metrics_ok: bool) -> str:
@@ -138,7 +157,10 @@ def solve_flow(
         ts: times at which to record metrics, float [n] in [t0, t1]; default 201 evenly
             spaced times from t0 to t1.
         t0: initial flow time.
-        solver: a Diffrax solver object; default ``diffrax.Tsit5()``.
+        solver: a Diffrax solver object; default ``gflow.solvers.StiffSwitch()``:
+            Tsit5 steps while the flow is not stiff, stabilised RKC2 steps once the
+            Hessian's λ_max limits Tsit5's step (docs/integrators.md). Pass
+            ``diffrax.Tsit5()`` for the plain explicit solver.
         rtol, atol: tolerances of the default PID step-size controller (traced, so new
             values do not recompile).
         dt0: initial step; None lets the controller choose.
@@ -173,12 +195,12 @@ def solve_flow(
     if np.any(np.diff(ts) < 0):
         raise ValueError("ts must be non-decreasing")
     ts = np.clip(ts, t0, t1)
-    solver = diffrax.Tsit5() if solver is None else solver
+    solver = StiffSwitch() if solver is None else solver
     if stepsize_controller is None:
         stepsize_controller = diffrax.PIDController(
             rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype)
         )
-    ts_saved, saved, final, t_last, result, stats = _solve(
+    ts_saved, saved, final, t_last, result, stats, num_evals = _solve(
         params,
         static,
         loss_fn,
@@ -200,14 +222,14 @@ def solve_flow(
         bool(np.all(np.isfinite(x)))
         for x in jax.tree.leaves(eqx.filter(final, eqx.is_array))
     )
-    per_step = grad_evals_per_step(solver)
     n_steps = int(stats["num_steps"])
+    n_accepted = int(stats["num_accepted_steps"])
     stats = {
         "num_steps": n_steps,
-        "num_accepted_steps": int(stats["num_accepted_steps"]),
+        "num_accepted_steps": n_accepted,
         "num_rejected_steps": int(stats["num_rejected_steps"]),
         "max_steps": max_steps,
-        "grad_evals": None if per_step is None else 1 + per_step * n_steps,
+        "grad_evals": _grad_evals(solver, n_steps, n_accepted, num_evals),
         "t_reached": float(t_last),
     }
     snaps = None

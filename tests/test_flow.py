@@ -1,3 +1,4 @@
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,13 @@ def setup():
 def test_flow_decreases_loss_and_reports_stats(setup):
     loss, model = setup
     tr = solve_flow(
-        loss, model, t1=5.0, ts=np.linspace(0, 5, 11), rtol=1e-8, atol=1e-10
+        loss,
+        model,
+        t1=5.0,
+        ts=np.linspace(0, 5, 11),
+        solver=diffrax.Tsit5(),
+        rtol=1e-8,
+        atol=1e-10,
     )
     assert tr.status == "success" and tr.ok
     assert tr.t.shape == (11,) and tr.metrics["loss"].shape == (11,)

@@ -1,0 +1,1 @@
+"""gflow benchmarks (issue 5): ``python -m benchmarks [--quick]``; see BENCHMARKS.md."""

@@ -1,0 +1,84 @@
+"""Stiffness-aware integration of the default flow to t = 3000 (issue 5, item 2).
+
+Diffrax Tsit5 + PID against gflow's default StiffSwitch (Tsit5 until stiff, then RKC2)
+and plain RKC2, all at the same rtol, in one process, each compiled once before
+timing; final parameters against a float64 Dopri8 reference at rtol 1e-11 (cached in
+benchmarks/results/reference_<t1>.npy). Writes results/stiff.json.
+"""
+
+from __future__ import annotations
+
+import diffrax
+import numpy as np
+
+from gflow import solve_flow
+from gflow.solvers import RKC2, StiffSwitch
+
+from .common import RESULTS, default_problem, flat, save, timed
+
+
+def reference(loss, model, t1: float) -> np.ndarray:
+    """Final flat parameters of Dopri8 at rtol 1e-11 (cached: it costs minutes)."""
+    path = RESULTS / f"reference_{t1:g}.npy"
+    if path.exists():
+        return np.load(path)
+    tr = solve_flow(
+        loss,
+        model,
+        t1=t1,
+        solver=diffrax.Dopri8(),
+        rtol=1e-11,
+        atol=1e-13,
+        progress=False,
+    )
+    if tr.status != "success":
+        raise RuntimeError(f"reference solve failed: {tr.status}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    np.save(path, flat(tr.final))
+    return flat(tr.final)
+
+
+def run(*, t1: float = 3000.0, rtol: float = 1e-6, repeats: int = 2) -> dict:
+    loss, model = default_problem()
+    x_ref = reference(loss, model, t1)
+    rows = {}
+    for name, solver in [
+        ("tsit5", diffrax.Tsit5()),
+        ("stiff_switch", StiffSwitch()),
+        ("rkc2", RKC2()),
+    ]:
+
+        def solve(solver=solver, t1=t1):
+            return solve_flow(
+                loss,
+                model,
+                t1=t1,
+                solver=solver,
+                rtol=rtol,
+                atol=rtol * 1e-2,
+                progress=False,
+            )
+
+        # t1 and ts are traced: a short solve compiles the same program
+        _, first = timed(lambda solve=solve: solve(t1=1.0))
+        tr, wall = timed(solve, repeats=repeats)
+        _, short = timed(lambda solve=solve: solve(t1=1.0))
+        err = float(np.linalg.norm(flat(tr.final) - x_ref) / np.linalg.norm(x_ref))
+        rows[name] = {
+            "status": tr.status,
+            "wall_s": wall,
+            "compile_s": max(first - short, 0.0),
+            "num_steps": tr.stats["num_steps"],
+            "grad_evals": tr.stats["grad_evals"],
+            "rel_error_final": err,
+            "final_loss": float(tr.metrics["loss"][-1]),
+        }
+        print(f"  {name}: {rows[name]}", flush=True)
+    base = rows["tsit5"]
+    for row in rows.values():
+        row["speedup_vs_tsit5"] = base["wall_s"] / row["wall_s"]
+        row["grad_eval_ratio_vs_tsit5"] = base["grad_evals"] / row["grad_evals"]
+        row["as_accurate_as_tsit5"] = row["rel_error_final"] <= base["rel_error_final"]
+    record = {"t1": t1, "rtol": rtol, "atol": rtol * 1e-2, "solvers": rows}
+    save("stiff", record)
+    return record
