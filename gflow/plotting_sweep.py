@@ -88,3 +88,30 @@ def plot_departures(result: dict, path, *, title: str = "") -> None:
     ax.set_title("departure: predicted vs measured")
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def plot_comparison(cmp: dict, run, ref, path, *, title: str = "") -> None:
+    """Distance per block, loss of both runs and attention drift against t."""
+    fig, axes = plt.subplots(3, 1, figsize=(7, 9), sharex=True)
+    t = cmp["t"]
+    for name, d in cmp["distance"].items():
+        axes[0].semilogy(t, d, lw=1.2 if name == "total" else 1, label=name)
+    axes[0].axhline(cmp["threshold"], color="gray", ls=":", label="threshold")
+    if cmp["departure_time"] is not None:
+        axes[0].axvline(cmp["departure_time"], color="tab:red", ls="--", label="τ")
+    axes[0].set_ylabel("|θ_opt − θ_flow|")
+    axes[0].legend(fontsize=8)
+    axes[0].set_title(f"{title}: optimizer vs flow on the shared clock")
+    axes[1].plot(run.t, run.metrics["loss"], label="optimizer")
+    axes[1].plot(ref.t, ref.metrics["loss"], "k--", label="flow")
+    axes[1].set_ylabel("loss (nats)")
+    axes[1].legend(fontsize=8)
+    if "attention_tv" in cmp:
+        tv = np.asarray(cmp["attention_tv"])
+        for i in range(tv.shape[1]):
+            axes[2].plot(t, tv[:, i], lw=1, label=f"query {i}")
+        axes[2].legend(fontsize=8)
+    axes[2].set_ylabel("attention TV distance")
+    axes[2].set_xlabel("flow time t = Σ η")
+    fig.tight_layout()
+    save_figure(fig, path)

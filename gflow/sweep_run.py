@@ -26,15 +26,15 @@ from .sharpness import (
 from .sweep import compare_sweep, member_mesh, run_sweep
 
 
-def _optimizer(name: str, beta: float):
+def make_optimizer(name: str, beta: float, lr: float = 0.1):
     """(optax optimizer with injected hyperparameters, stability constant c)."""
     if name == "sgd":
-        return optax.inject_hyperparams(optax.sgd)(learning_rate=0.1), GD_STABILITY
+        return optax.inject_hyperparams(optax.sgd)(learning_rate=lr), GD_STABILITY
     if name == "momentum":
-        opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1, momentum=beta)
+        opt = optax.inject_hyperparams(optax.sgd)(learning_rate=lr, momentum=beta)
         return opt, heavy_ball_stability(beta)
     if name == "adam":
-        opt = optax.inject_hyperparams(optax.adam)(learning_rate=0.1, b1=beta)
+        opt = optax.inject_hyperparams(optax.adam)(learning_rate=lr, b1=beta)
         return opt, adam_stability(beta)
     raise ValueError(f"unknown optimizer {name!r}")
 
@@ -91,7 +91,7 @@ def run_sweep_config(cfg: SweepConfig, *, key) -> dict:
     """
     chain = cfg.flow.chain()
     loss, model = PopulationLoss(chain), cfg.flow.model()
-    optimizer, stability = _optimizer(cfg.optimizer, cfg.beta)
+    optimizer, stability = make_optimizer(cfg.optimizer, cfg.beta)
     mesh = member_mesh() if cfg.sharded and jax.device_count() > 1 else None
     run = run_sweep(
         loss, model, optimizer, cfg.lrs, t1=cfg.t1, num_saves=cfg.num_saves, mesh=mesh
