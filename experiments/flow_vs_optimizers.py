@@ -14,8 +14,8 @@ experiments/results/flow_vs_optimizers/{results.json, stages.md, <optimizer>.png
 Stage times use a simple documented rule (``simple_stages``), not a library
 detector: condensation = first t with loss ≤ H(π) + 0.02; focus = first t with
 π-weighted attention entropy < 0.5; dilution = first t after focus with the rarest
-query's attention on token 0 below 0.5; asymmetry lifting = first t with
-σ₂(W_E)/σ₁(W_E) > 0.1. A stage that never meets its rule before t1 is absent.
+query's attention on token 0 below 0.5; asymmetry lifting = first t after dilution
+with σ₂(W_E)/σ₁(W_E) > 0.1. A stage that never meets its rule before t1 is absent.
 """
 
 from __future__ import annotations
@@ -65,8 +65,10 @@ def simple_stages(traj, unigram_loss: float) -> dict[str, float | None]:
     out["dilution"] = (
         None if out["focus"] is None else first(rare < 0.5, after=out["focus"])
     )
-    sv = np.asarray(m["sv_W_E"])
-    out["asymmetry"] = first(sv[:, 1] / sv[:, 0] > 0.1)
+    ratio = np.asarray(m["sv_W_E"])[:, 1] / np.asarray(m["sv_W_E"])[:, 0]
+    # the random init has σ₂/σ₁ = O(1); lifting is its rise after dilution
+    after = out["dilution"]
+    out["asymmetry"] = None if after is None else first(ratio > 0.1, after=after)
     return out
 
 

@@ -66,8 +66,9 @@ def plot_departures(result: dict, path, *, title: str = "") -> None:
         ax.plot(sharp["t"], sharp["lambda_max"], "k", label="λ_max along reference")
         for r in result["members"]:
             ax.axhline(c / r["lr"], ls=":", lw=1, label=f"{c:g}/η, η={r['lr']:g}")
-        top = 2 * max(np.max(sharp["lambda_max"]), 1e-12)
-        ax.set_ylim(0, top)
+        bounds = [c / r["lr"] for r in result["members"]]
+        top = max(2 * np.max(sharp["lambda_max"]), 1.1 * min(bounds))
+        ax.set_ylim(0, min(top, 1.1 * max(bounds)))
     ax.set_xlabel("flow time t")
     ax.set_ylabel("λ_max(H)")
     ax.legend(fontsize=7)
@@ -80,8 +81,10 @@ def plot_departures(result: dict, path, *, title: str = "") -> None:
     ):
         lr = [r["lr"] for r in result["members"]]
         tau = [np.nan if r.get(key) is None else r[key] for r in result["members"]]
-        ax.semilogx(lr, tau, marker, ls="none", label=label, alpha=0.8)
-    ax.axhline(t1, color="gray", lw=0.8, ls="--", label="t1 (none before)")
+        # "never before t1" and departures after t1 are drawn on the t1 line
+        tau = [t1 if not np.isfinite(x) or x > t1 else x for x in tau]
+        ax.semilogx(lr, tau, marker, ls="none", label=label, alpha=0.7)
+    ax.axhline(t1, color="gray", lw=0.8, ls="--", label="t1: no departure before")
     ax.set_xlabel("step size η")
     ax.set_ylabel("departure time τ(η)")
     ax.legend(fontsize=8)

@@ -148,7 +148,7 @@ class SweepRun:
         stats = {"steps": int(self.steps[m, -1])}
         if status == "diverged":
             stats["diverged_step"] = int(self.diverged_step[m])
-            n = int(np.searchsorted(self.steps[m], self.diverged_step[m], "right"))
+            n = max(1, int(np.argmin(np.isfinite(self.loss[m]))))  # saves before
             params = jax.tree.map(lambda x: x[:n] if eqx.is_array(x) else x, params)
         final = jax.tree.map(lambda x: x[n - 1] if eqx.is_array(x) else x, params)
         return Trajectory(
