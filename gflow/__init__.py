@@ -58,3 +58,26 @@ __all__ += [
     "effective_rank",
     "token_coordinates",
 ]
+
+# issue 4: flow versus optimizers (comparisons, learning-rate sweeps, references)
+from .compare import compare, departure_time, fit_order  # noqa: E402
+from .optimizer_odes import AdamODEReference, MomentumODEReference  # noqa: E402
+from .references import FlowReference, ModifiedFlowReference, ModifiedLoss  # noqa: E402
+from .sharpness import predicted_departure, sharpness_along  # noqa: E402
+from .sweep import compare_sweep, member_mesh, run_sweep  # noqa: E402
+
+__all__ += [
+    "AdamODEReference",
+    "FlowReference",
+    "ModifiedFlowReference",
+    "ModifiedLoss",
+    "MomentumODEReference",
+    "compare",
+    "compare_sweep",
+    "departure_time",
+    "fit_order",
+    "member_mesh",
+    "predicted_departure",
+    "run_sweep",
+    "sharpness_along",
+]

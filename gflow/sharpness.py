@@ -1,0 +1,56 @@
+"""Sharpness along a trajectory and the step-size stability bound it implies.
+
+λ_max(t) of the Hessian is tracked with warm-started Lanczos (``gflow.hessian``): the
+top eigenvector at one saved time starts the Krylov space at the next, so a few
+iterations suffice. A discrete optimizer with step η leaves the flow once the flow's
+sharpness crosses its stability bound c/η: c = 2 for GD, 2 + 2β for heavy ball with
+momentum β (optax ``sgd(momentum=β)``), and about 38 for Adam with β₁ = 0.9
+(the bound (2 + 2β₁)/(1 − β₁) of its preconditioned heavy-ball form).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from .hessian import flatten, max_eigenvalue
+from .trajectory import Trajectory
+
+#: Stability constants c (unstable once λ_max > c/η) of the sweep's optimizers.
+GD_STABILITY = 2.0
+
+
+def heavy_ball_stability(beta: float) -> float:
+    """c = 2 + 2β: heavy ball with momentum β is stable on a quadratic iff ηλ < c."""
+    return 2.0 + 2.0 * beta
+
+
+def adam_stability(beta1: float) -> float:
+    """c = (2 + 2β₁)/(1 − β₁) (38 at β₁ = 0.9): the edge of stability of Adam's
+    preconditioned sharpness (Cohen et al. 2022)."""
+    return (2.0 + 2.0 * beta1) / (1.0 - beta1)
+
+
+def sharpness_along(loss_fn, traj: Trajectory, *, key, iters: int = 20) -> np.ndarray:
+    """λ_max of the Hessian at every snapshot of ``traj``, float [n].
+
+    Lanczos with ``iters`` Krylov vectors, warm-started from the previous snapshot's
+    top eigenvector (one compilation for the whole trajectory).
+    """
+    if traj.params is None:
+        raise ValueError("sharpness_along needs parameter snapshots (save_params=True)")
+    lams, v = [], None
+    for i in range(len(traj)):
+        model = traj.snapshot(i)
+        if v is None:
+            v = jax.random.normal(key, flatten(model)[0].shape, flatten(model)[0].dtype)
+        lam, v = max_eigenvalue(loss_fn, model, key=key, iters=iters, v0=v)
+        lams.append(float(lam))
+    return np.asarray(lams)
+
+
+def predicted_departure(t, lam_max, lr: float, stability: float) -> float | None:
+    """The first saved t with λ_max(t) > stability/η (None: the bound is never met)."""
+    t, lam_max = np.asarray(t, float), np.asarray(lam_max, float)
+    over = lam_max > stability / lr
+    return float(t[np.argmax(over)]) if over.any() else None

@@ -1,0 +1,151 @@
+"""A configured learning-rate sweep on the default Markov model (``gflow sweep``).
+
+The one table where optimizer and reference names become objects lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import numpy as np
+import optax
+
+from .io import write_json
+from .losses import PopulationLoss
+from .references import FlowReference, ModifiedFlowReference
+from .runs import FlowConfig, environment
+from .sharpness import (
+    GD_STABILITY,
+    adam_stability,
+    heavy_ball_stability,
+    predicted_departure,
+    sharpness_along,
+)
+from .sweep import compare_sweep, member_mesh, run_sweep
+
+
+def make_optimizer(name: str, beta: float, lr: float = 0.1):
+    """(optax optimizer with injected hyperparameters, stability constant c)."""
+    if name == "sgd":
+        return optax.inject_hyperparams(optax.sgd)(learning_rate=lr), GD_STABILITY
+    if name == "momentum":
+        opt = optax.inject_hyperparams(optax.sgd)(learning_rate=lr, momentum=beta)
+        return opt, heavy_ball_stability(beta)
+    if name == "adam":
+        opt = optax.inject_hyperparams(optax.adam)(learning_rate=lr, b1=beta)
+        return opt, adam_stability(beta)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+REFERENCES = {"flow": FlowReference, "modified": ModifiedFlowReference}
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """A sweep of one optimizer over step sizes; validates itself."""
+
+    optimizer: str = "sgd"
+    lrs: tuple[float, ...] = (0.4, 0.2, 0.1, 0.05)
+    t1: float = 60.0
+    reference: str = "flow"
+    num_saves: int = 101
+    threshold: float = 0.1
+    beta: float = 0.9
+    sharded: bool = True
+    flow: FlowConfig = FlowConfig()
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(
+                f"optimizer: unknown {self.optimizer!r}; choose one of "
+                f"{', '.join(OPTIMIZERS)}"
+            )
+        if self.reference not in REFERENCES:
+            raise ValueError(
+                f"reference: unknown {self.reference!r}; choose one of "
+                f"{', '.join(REFERENCES)}"
+            )
+        if self.reference == "modified" and self.optimizer != "sgd":
+            raise ValueError(
+                "reference: 'modified' is the modified flow of GD; use sgd"
+            )
+        if not self.lrs or not all(lr > 0 for lr in self.lrs):
+            raise ValueError(f"lrs: need positive step sizes, got {self.lrs}")
+        if not self.t1 > 0:
+            raise ValueError(f"t1: must be > 0, got {self.t1}")
+        if self.num_saves < 2:
+            raise ValueError(f"num_saves: must be >= 2, got {self.num_saves}")
+        if not 0 <= self.beta < 1:
+            raise ValueError(f"beta: must lie in [0, 1), got {self.beta}")
+
+
+def run_sweep_config(cfg: SweepConfig, *, key) -> dict:
+    """Run the sweep that ``cfg`` describes and compare it with its reference.
+
+    Returns ``compare_sweep``'s dict plus ``run`` (the SweepRun), ``stability``,
+    ``sharpness`` (t, λ_max along the reference of the smallest η) and, per member,
+    ``predicted_departure``.
+    """
+    chain = cfg.flow.chain()
+    loss, model = PopulationLoss(chain), cfg.flow.model()
+    optimizer, stability = make_optimizer(cfg.optimizer, cfg.beta)
+    mesh = member_mesh() if cfg.sharded and jax.device_count() > 1 else None
+    run = run_sweep(
+        loss, model, optimizer, cfg.lrs, t1=cfg.t1, num_saves=cfg.num_saves, mesh=mesh
+    )
+    result = compare_sweep(
+        run, REFERENCES[cfg.reference](), loss, model, threshold=cfg.threshold
+    )
+    refs = result["references"]
+    if refs:
+        ref = refs[min(refs, key=lambda m: run.lrs[m])]
+        lam = sharpness_along(loss, ref, key=key)
+        result["sharpness"] = {"t": ref.t, "lambda_max": lam}
+        for rec in result["members"]:
+            rec["predicted_departure"] = predicted_departure(
+                ref.t, lam, rec["lr"], stability
+            )
+    result["run"] = run
+    result["stability"] = stability
+    return result
+
+
+def write_sweep_run(run_dir, cfg: SweepConfig, result: dict) -> Path:
+    """Write config.json, sweep.json and the figures into ``run_dir``."""
+    from .plotting_sweep import plot_departures, plot_error_vs_lr, plot_trajectories
+
+    run_dir = Path(run_dir)
+    write_json(
+        run_dir / "config.json",
+        {
+            "command": "sweep",
+            "config": dataclasses.asdict(cfg),
+            "environment": environment(),
+        },
+    )
+    sharp = result.get("sharpness")
+    write_json(
+        run_dir / "sweep.json",
+        {
+            "optimizer": cfg.optimizer,
+            "reference": cfg.reference,
+            "order": result["order"],
+            "intercept": result["intercept"],
+            "richardson": result["richardson"],
+            "t1": cfg.t1,
+            "threshold": cfg.threshold,
+            "stability_constant": result["stability"],
+            "members": result["members"],
+            "sharpness": None
+            if sharp is None
+            else {k: np.asarray(v).tolist() for k, v in sharp.items()},
+        },
+    )
+    title = f"{cfg.optimizer} vs {cfg.reference}"
+    plot_error_vs_lr(result, run_dir / "error_vs_lr.png", title=title)
+    plot_trajectories(result, run_dir / "trajectories.png", title=title)
+    plot_departures(result, run_dir / "departure.png", title=title)
+    return run_dir

@@ -1,0 +1,151 @@
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gflow import AttentionModel, MarkovChain, PopulationLoss, Trajectory
+from gflow.compare import (
+    compare,
+    departure_time,
+    richardson,
+    stage_shifts,
+    stage_times,
+)
+from gflow.hessian import dense_hessian
+from gflow.observables import gradient_norm
+from gflow.references import ModifiedLoss
+from gflow.sharpness import (
+    adam_stability,
+    heavy_ball_stability,
+    predicted_departure,
+    sharpness_along,
+)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
+    model = AttentionModel.init(
+        d_vocab=3, d_model=3, init_scale=0.5, key=jax.random.key(1)
+    )
+    return chain, PopulationLoss(chain), model
+
+
+def _stack(models):
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *models)
+
+
+def _traj(t, models, loss):
+    return Trajectory(
+        t=np.asarray(t, float),
+        metrics={"loss": np.array([float(loss(m)) for m in models])},
+        final=models[-1],
+        params=_stack(models),
+    )
+
+
+def test_departure_time():
+    t = np.arange(5.0)
+    assert departure_time(t, [0, 0.05, 0.2, 0.3, 1.0], 0.1) == 2.0
+    assert departure_time(t, [0, 0.05, 0.02, 0.03, 0.01], 0.1) is None
+    assert departure_time(t, [0, 0.05, np.nan, 0.0, 0.0], 0.1) == 2.0
+
+
+def test_modified_loss_value(setup):
+    _, loss, model = setup
+    eta = 0.3
+    expected = float(loss(model)) + eta / 4 * float(gradient_norm(loss, model)) ** 2
+    assert float(ModifiedLoss(loss, jnp.asarray(eta))(model)) == pytest.approx(
+        expected, rel=1e-12
+    )
+
+
+def test_compare_known_shift(setup):
+    chain, loss, model = setup
+    # run = reference with W_P shifted by a known matrix from index 2 on
+    shift = jnp.full_like(model.W_P, 0.1)
+    ref_models = [model] * 4
+    run_models = [model, model] + [
+        dataclasses.replace(model, W_P=model.W_P + shift) for _ in range(2)
+    ]
+    ref = _traj([0, 1, 2, 3], ref_models, loss)
+    run = _traj([0, 1, 2, 3], run_models, loss)
+
+    def detector(traj):  # a simple rule: first time the loss moves by 1e-6
+        moved = np.abs(traj.metrics["loss"] - traj.metrics["loss"][0]) > 1e-6
+        return {"moved": float(traj.t[np.argmax(moved)]) if moved.any() else None}
+
+    out = compare(run, ref, threshold=0.1, pi=chain.pi, stage_detector=detector)
+    norm = float(jnp.linalg.norm(shift))
+    np.testing.assert_allclose(out["distance"]["total"], [0, 0, norm, norm])
+    np.testing.assert_allclose(out["distance"]["W_P"], [0, 0, norm, norm])
+    np.testing.assert_allclose(out["distance"]["W_E"], 0.0)
+    assert out["departure_time"] == 2.0
+    assert out["error"] == pytest.approx(norm)
+    assert out["loss_gap"][0] == 0.0 and out["loss_gap"][2] != 0.0
+    # W_P does not enter the attention: no drift
+    np.testing.assert_allclose(out["attention_tv"], 0.0, atol=1e-15)
+    assert out["stages"]["moved"] == {"run": 2.0, "reference": None, "shift": None}
+
+
+def test_stage_times_formats():
+    assert stage_times({"focus": 60}) == {"focus": 60.0}
+    recs = [{"name": "focus", "start": 60.0}, {"name": "dilution", "t_start": None}]
+    assert stage_times(recs) == {"focus": 60.0, "dilution": None}
+
+    @dataclasses.dataclass
+    class Stage:
+        name: str
+        time: float
+
+    assert stage_times([Stage("escape", 15.0)]) == {"escape": 15.0}
+
+
+def test_stage_shifts_difference(setup):
+    _, loss, model = setup
+    a = _traj([0, 1], [model, model], loss)
+    shifts = stage_shifts(a, a, lambda tr: {"x": 3.0 if tr is a else 1.0})
+    assert shifts["x"]["shift"] == 0.0
+
+
+def test_richardson_removes_first_order_error(setup):
+    _, loss, model = setup
+    # θ_η(t) = θ(t) + η·c: the order-1 extrapolation recovers θ(t) exactly
+    c = jnp.ones_like(model.W_E)
+
+    def run(eta):
+        models = [dataclasses.replace(model, W_E=model.W_E + eta * c)] * 2
+        tr = _traj([0.0, 1.0], models, loss)
+        return dataclasses.replace(tr, info={"lr": eta})
+
+    ref = _traj([0.0, 1.0], [model] * 2, loss)
+    out = richardson(run(0.2), run(0.1), ref, order=1.0)
+    assert out["times"] == 2
+    assert out["error"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_sharpness_matches_dense_hessian(setup, key):
+    _, loss, model = setup
+    other = jax.tree.map(lambda x: 1.3 * x if eqx_is_float(x) else x, model)
+    traj = _traj([0.0, 1.0], [model, other], loss)
+    lam = sharpness_along(loss, traj, key=key, iters=60)
+    dense = [
+        np.linalg.eigvalsh(np.asarray(dense_hessian(loss, m)))[-1]
+        for m in (model, other)
+    ]
+    np.testing.assert_allclose(lam, dense, rtol=1e-8)
+
+
+def eqx_is_float(x):
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating)
+
+
+def test_stability_bounds():
+    assert heavy_ball_stability(0.9) == pytest.approx(3.8)
+    assert adam_stability(0.9) == pytest.approx(38.0)
+    t = np.arange(4.0)
+    lam = np.array([0.5, 1.0, 3.0, 5.0])
+    assert predicted_departure(t, lam, 1.0, 2.0) == 2.0
+    assert predicted_departure(t, lam, 0.1, 2.0) is None
