@@ -21,6 +21,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from ..observables import entropy, singular_values
+from .counts import type_attention_counts, window_log_counts
 from .positional import PositionalAttentionModel
 
 
@@ -59,14 +60,22 @@ class TextObservables(eqx.Module):
     """
 
     contexts: Int[Array, "n s"]
+    log_counts: Array | None
     queries: Int[Array, " q"]
     top: Int[Array, " k"]
     n_sv: int = eqx.field(static=True, default=4)
 
-    def __init__(self, windows, queries, top, *, n_sv: int = 4):
+    def __init__(self, windows, queries, top, *, n_sv: int = 4, d_vocab=None):
         """Args: windows int [n, s+1] (the targets are dropped); queries int [q];
-        top int [k], the ids of the k most frequent types (top[0] the most)."""
+        top int [k], the ids of the k most frequent types (top[0] the most);
+        d_vocab: given, w_n is computed in the counts form (no scatter; not for
+        positional models, which fall back to the per-position form)."""
         self.contexts = jnp.asarray(np.asarray(windows)[:, :-1], dtype=jnp.int32)
+        self.log_counts = (
+            None
+            if d_vocab is None
+            else jnp.asarray(window_log_counts(windows, d_vocab))
+        )
         self.queries = jnp.asarray(queries, dtype=jnp.int32)
         self.top = jnp.asarray(top, dtype=jnp.int32)
         if self.top.ndim != 1 or self.top.shape[0] < 1:
@@ -76,8 +85,11 @@ class TextObservables(eqx.Module):
     def __call__(self, model) -> dict[str, Array]:
         base = model.base if isinstance(model, PositionalAttentionModel) else model
         d = base.d_vocab
-        attn = window_attention(model, self.contexts)
-        w = type_attention(attn, self.contexts, d)  # [n, d]
+        if self.log_counts is not None and model is base:
+            w = type_attention_counts(model, self.log_counts, self.contexts[:, -1])
+        else:
+            attn = window_attention(model, self.contexts)
+            w = type_attention(attn, self.contexts, d)  # [n, d]
         rows = query_rows(w, self.contexts, self.queries)  # [q, d]
         q_idx = jnp.arange(self.queries.shape[0])
         k = self.n_sv

@@ -128,8 +128,9 @@ def init_model(cfg: TextConfig, d: int):
 def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
     """The deterministic run (``cfg.method``) and Adam, from the same init."""
     model = init_model(cfg, len(data.vocab))
-    loss = TextLoss(jax.numpy.asarray(data.sample), all_positions=cfg.all_positions)
-    obs = TextObservables(data.sample, list(data.queries), list(data.top))
+    d = len(data.vocab)
+    loss = TextLoss(data.sample, d_vocab=d, all_positions=cfg.all_positions)
+    obs = TextObservables(data.sample, list(data.queries), list(data.top), d_vocab=d)
     runs, timing = {}, {}
     start = time.perf_counter()
     if cfg.method == "gd":
