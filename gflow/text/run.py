@@ -39,29 +39,29 @@ class TextConfig:
     """
 
     corpus: str = ""
-    vocab_size: int = 300
+    vocab_size: int = 200
     tokenizer: str = "word"
     max_chars: int | None = None
     download: bool = False
     context: int = 32
-    windows: int = 2048
+    windows: int = 1024
     d_model: int = 32
     init_scale: float = 1e-3
     seed: int = 0
     method: str = "gd"
     lr: float = 0.25
-    steps: int = 4000
+    steps: int = 3000
     rtol: float = 1e-5
     atol: float = 1e-7
     adam_lr: float = 2e-3
-    adam_steps: int = 2000
+    adam_steps: int = 1000
     adam_batch: int = 0
     all_positions: bool = False
     positional: bool = False
     track: tuple[str, ...] = ()
     num_queries: int = 4
     topk: int = 5
-    num_saves: int = 200
+    num_saves: int = 100
     x64: bool = False
 
     def __post_init__(self):
