@@ -81,3 +81,24 @@ __all__ += [
     "run_sweep",
     "sharpness_along",
 ]
+
+# Issue 6: natural text (corpora, tokenisers, windows, text observables).
+from .text import (  # noqa: E402
+    PositionalAttentionModel,
+    TextLoss,
+    TextObservables,
+    Vocabulary,
+    WindowStream,
+    fixed_sample,
+    load_corpus,
+)
+
+__all__ += [
+    "PositionalAttentionModel",
+    "TextLoss",
+    "TextObservables",
+    "Vocabulary",
+    "WindowStream",
+    "fixed_sample",
+    "load_corpus",
+]

@@ -1,0 +1,107 @@
+"""Text corpora: local files and folders, and (opt-in, online) Hugging Face corpora.
+
+Nothing downloads unless asked: a hub name needs ``download=True`` and the optional
+``datasets`` package (``pip install gflow[hf]``), imported only then.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: Hub corpora by short name: (dataset path, config name or None, text column).
+HUB_CORPORA = {
+    "wikitext": ("wikitext", "wikitext-2-raw-v1", "text"),
+    "wikitext-2-raw-v1": ("wikitext", "wikitext-2-raw-v1", "text"),
+    "tinystories": ("roneneldan/TinyStories", None, "text"),
+    "roneneldan/TinyStories": ("roneneldan/TinyStories", None, "text"),
+}
+
+_LOCAL_HINT = (
+    "pass a local text file or folder instead, e.g. --corpus "
+    "../shared/data/tinystories/sample.txt"
+)
+
+
+def _read_folder(folder: Path) -> str:
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and p.suffix in {".txt", ".tokens", ".raw"}
+    )
+    if not files:
+        raise ValueError(f"corpus folder {folder} holds no .txt/.tokens/.raw files")
+    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in files)
+
+
+def _load_hub(name: str, split: str, max_chars: int | None) -> str:
+    path, config, column = HUB_CORPORA[name]
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(
+            f"corpus {name!r} needs the optional package 'datasets' "
+            f"(pip install gflow[hf]); or {_LOCAL_HINT}"
+        ) from None
+    try:
+        ds = datasets.load_dataset(path, config, split=split, streaming=True)
+        parts, size = [], 0
+        for row in ds:
+            parts.append(row[column])
+            size += len(row[column]) + 1
+            if max_chars is not None and size >= max_chars:
+                break
+    except Exception as e:  # offline, unknown split, hub errors: one line for the CLI
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(
+            f"could not load {name!r} from the Hugging Face hub ({first}); "
+            + _LOCAL_HINT
+        ) from None
+    return "\n".join(parts)
+
+
+def load_corpus(
+    source: str | Path,
+    *,
+    split: str = "validation",
+    max_chars: int | None = None,
+    download: bool = False,
+) -> str:
+    """The text of a corpus.
+
+    Args:
+        source: a local text file, a folder (its ``.txt``/``.tokens``/``.raw`` files in
+            sorted order, joined by newlines), or a hub name from ``HUB_CORPORA``
+            (``"wikitext"`` = wikitext-2-raw-v1, ``"tinystories"``).
+        split: the hub split (local sources ignore it).
+        max_chars: keep at most this many characters (the start of the corpus).
+        download: allow a hub corpus to be fetched. Off by default so nothing
+            downloads at run time unless asked.
+
+    Raises:
+        ValueError: unknown source, empty text, or a hub corpus that cannot be loaded
+            (no ``download=True``, no ``datasets`` package, offline), in one line.
+    """
+    if max_chars is not None and max_chars < 1:
+        raise ValueError(f"max_chars must be positive or None, got {max_chars}")
+    path = Path(source)
+    if path.is_file():
+        text = path.read_text(encoding="utf-8", errors="replace")
+    elif path.is_dir():
+        text = _read_folder(path)
+    elif str(source) in HUB_CORPORA:
+        if not download:
+            raise ValueError(
+                f"corpus {str(source)!r} is a Hugging Face corpus: allow the download "
+                f"with download=True (CLI: --download), or {_LOCAL_HINT}"
+            )
+        text = _load_hub(str(source), split, max_chars)
+    else:
+        raise ValueError(
+            f"corpus {str(source)!r} is neither a file, a folder nor one of "
+            f"{sorted(HUB_CORPORA)}; {_LOCAL_HINT}"
+        )
+    if max_chars is not None:
+        text = text[:max_chars]
+    if not text.strip():
+        raise ValueError(f"corpus {str(source)!r} is empty")
+    return text

@@ -1,0 +1,129 @@
+"""Text observables: the attention rows of chosen query tokens, computed inside jit.
+
+Definition (the text analogue of the population attention a_ik of MODEL.md §4). For a
+window n of the fixed sample let a_n be the last position's attention over its s
+positions and w_n[k] = Σ_j a_nj [x_nj = k] the attention mass on key *type* k. The
+attention row of a query type q is the average of w_n over the windows whose last
+token is q:
+
+    A_q[k] = mean_{n : x_{n,s} = q} w_n[k]          (a distribution over the d types)
+
+Its entropy H(A_q), its mass on the k most frequent types and on q itself are what the
+paper plots for a query token. Queries with no window in the sample get NaN.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from ..observables import entropy, singular_values
+from .counts import type_attention_counts, window_log_counts
+from .positional import PositionalAttentionModel
+
+
+def window_attention(model, contexts: Int[Array, "n s"]) -> Float[Array, "n s"]:
+    """The last position's attention over the positions of every window."""
+    if isinstance(model, PositionalAttentionModel):
+        return jax.vmap(model.attention)(contexts)
+    emb = model.W_E[contexts]  # [n, s, m]
+    q = emb[:, -1] @ model.W_A  # [n, m]
+    scores = model.tau * jnp.einsum("nm,nsm->ns", q, emb)
+    return jax.nn.softmax(scores, axis=-1)
+
+
+def type_attention(attn: Float[Array, "n s"], contexts, d: int) -> Float[Array, "n d"]:
+    """w_n[k] = Σ_j a_nj [x_nj = k]: attention mass per key type."""
+    return jax.vmap(lambda a, c: jnp.zeros(d, a.dtype).at[c].add(a))(attn, contexts)
+
+
+def query_rows(w: Float[Array, "n d"], contexts, queries) -> Float[Array, "q d"]:
+    """A_q: the mean of w_n over the windows whose last token is q (NaN if none)."""
+    match = (contexts[:, -1][:, None] == queries[None, :]).astype(w.dtype)  # [n, q]
+    count = match.sum(axis=0)
+    rows = match.T @ w  # [q, d]
+    return jnp.where(count[:, None] > 0, rows / jnp.maximum(count, 1)[:, None], jnp.nan)
+
+
+class TextObservables(eqx.Module):
+    """Observables of a text run on a fixed sample of windows (arrays traced).
+
+    Returns a dict with
+        attention_rows [q, d]: A_q for the tracked queries;
+        query_entropy, query_on_top1, query_on_topk, query_on_self [q];
+        attention_entropy: mean over windows of H(w_n);
+        attention_on_top: mean over windows of w_n[most frequent type];
+        sv_W_E, sv_W_P, sv_W_A [n_sv]: leading singular values.
+    """
+
+    contexts: Int[Array, "n s"]
+    log_counts: Array | None
+    queries: Int[Array, " q"]
+    top: Int[Array, " k"]
+    n_sv: int = eqx.field(static=True, default=4)
+
+    def __init__(self, windows, queries, top, *, n_sv: int = 4, d_vocab=None):
+        """Args: windows int [n, s+1] (the targets are dropped); queries int [q];
+        top int [k], the ids of the k most frequent types (top[0] the most);
+        d_vocab: given, w_n is computed in the counts form (no scatter; not for
+        positional models, which fall back to the per-position form)."""
+        self.contexts = jnp.asarray(np.asarray(windows)[:, :-1], dtype=jnp.int32)
+        self.log_counts = (
+            None
+            if d_vocab is None
+            else jnp.asarray(window_log_counts(windows, d_vocab))
+        )
+        self.queries = jnp.asarray(queries, dtype=jnp.int32)
+        self.top = jnp.asarray(top, dtype=jnp.int32)
+        if self.top.ndim != 1 or self.top.shape[0] < 1:
+            raise ValueError("top must list at least one token id")
+        self.n_sv = n_sv
+
+    def __call__(self, model) -> dict[str, Array]:
+        base = model.base if isinstance(model, PositionalAttentionModel) else model
+        d = base.d_vocab
+        if self.log_counts is not None and model is base:
+            w = type_attention_counts(model, self.log_counts, self.contexts[:, -1])
+        else:
+            attn = window_attention(model, self.contexts)
+            w = type_attention(attn, self.contexts, d)  # [n, d]
+        rows = query_rows(w, self.contexts, self.queries)  # [q, d]
+        q_idx = jnp.arange(self.queries.shape[0])
+        k = self.n_sv
+        return {
+            "attention_rows": rows,
+            "query_entropy": entropy(rows),
+            "query_on_top1": rows[:, self.top[0]],
+            "query_on_topk": rows[:, self.top].sum(axis=1),
+            "query_on_self": rows[q_idx, self.queries],
+            "attention_entropy": jnp.mean(entropy(w)),
+            "attention_on_top": jnp.mean(w[:, self.top[0]]),
+            "sv_W_E": singular_values(base.W_E)[:k],
+            "sv_W_P": singular_values(base.W_P)[:k],
+            "sv_W_A": singular_values(base.W_A)[:k],
+        }
+
+
+def default_queries(vocab, windows, *, num: int = 4, min_windows: int = 8) -> list[int]:
+    """A few mid-frequency word types: ranks spread geometrically over [5, d/4],
+    each moved to the next rank whose type is a word (not punctuation or the
+    unknown token) and ends at least ``min_windows`` windows of the sample."""
+    from .tokenize import UNK
+
+    last = np.asarray(windows)[:, -2]
+    ends = np.bincount(last, minlength=len(vocab))
+    d = len(vocab)
+    hi = max(6, d // 4)
+    chosen: list[int] = []
+    for r in np.unique(np.geomspace(5, hi, num).round().astype(int)):
+        for i in range(int(r), d):
+            tok = vocab.tokens[i]
+            if i in chosen or tok == UNK or not tok.isalpha():
+                continue
+            if ends[i] >= min_windows:
+                chosen.append(i)
+                break
+    return chosen

@@ -1,0 +1,142 @@
+"""An optional learned positional encoding for text, and the loss that uses it.
+
+``PositionalAttentionModel`` is the attention model of MODEL.md §2 with the key and
+query embeddings ``W_E[x_j] + W_pos[j]``; with ``W_pos = 0`` it is exactly
+``AttentionModel``. It is off by default (the paper's model has no positions).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from ..losses import sequence_loss
+from ..model import AttentionModel
+from .counts import counts_loss, window_log_counts
+
+
+class PositionalAttentionModel(eqx.Module):
+    """``AttentionModel`` plus a learned position embedding added to every token's.
+
+    Fields:
+        base: the token model (W_E, W_Q, W_K, W_P, tau, residual).
+        W_pos: [s, m], one row per context position (drawn like the other weights).
+    """
+
+    base: AttentionModel
+    W_pos: Float[Array, "s m"]
+
+    def __check_init__(self):
+        if self.W_pos.ndim != 2 or self.W_pos.shape[1] != self.base.d_model:
+            raise ValueError(
+                f"W_pos must be [s, {self.base.d_model}], got {self.W_pos.shape}"
+            )
+
+    @classmethod
+    def init(cls, *, context_length: int, key: jax.Array, **kwargs):
+        """``AttentionModel.init(**kwargs)`` plus W_pos ~ N(0, init_scale²)."""
+        k_base, k_pos = jax.random.split(key)
+        base = AttentionModel.init(key=k_base, **kwargs)
+        scale = kwargs.get("init_scale", 1e-3)
+        W_pos = scale * jax.random.normal(
+            k_pos, (context_length, base.d_model), dtype=base.W_E.dtype
+        )
+        return cls(base=base, W_pos=W_pos)
+
+    @property
+    def d_vocab(self) -> int:
+        return self.base.d_vocab
+
+    @property
+    def d_model(self) -> int:
+        return self.base.d_model
+
+    def embed(self, context: Int[Array, " s"]) -> Float[Array, "s m"]:
+        s = context.shape[0]
+        if s > self.W_pos.shape[0]:
+            raise ValueError(
+                f"context of {s} tokens is longer than W_pos ({self.W_pos.shape[0]})"
+            )
+        return self.base.W_E[context] + self.W_pos[:s]
+
+    def attention(self, context: Int[Array, " s"]) -> Float[Array, " s"]:
+        """The last position's attention over the s positions."""
+        emb = self.embed(context)
+        scores = self.base.tau * (emb[-1] @ self.base.W_A) @ emb.T  # [s]
+        return jax.nn.softmax(scores)
+
+    def __call__(self, context: Int[Array, " s"]) -> Float[Array, " d"]:
+        emb = self.embed(context)
+        out = self.attention(context) @ emb  # [m]
+        if self.base.residual:
+            out = out + emb[-1]
+        return out @ self.base.W_P
+
+    def causal_logits(self, context: Int[Array, " s"]) -> Float[Array, "s d"]:
+        """Logits at every position; position i attends to positions ≤ i."""
+        s = context.shape[0]
+        emb = self.embed(context)
+        scores = self.base.tau * (emb @ self.base.W_A) @ emb.T  # [s, s]
+        mask = jnp.tril(jnp.ones((s, s), dtype=bool))
+        attn = jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
+        out = attn @ emb  # [s, m]
+        if self.base.residual:
+            out = out + emb
+        return out @ self.base.W_P
+
+
+def _cross_entropy(logits, target):
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
+
+
+def text_loss(
+    model, tokens: Int[Array, "b n"], *, all_positions: bool = False, dense=None
+) -> Float[Array, ""]:
+    """``gflow.sequence_loss`` for an ``AttentionModel``; the same objective (last
+    position, or all positions causally) for a ``PositionalAttentionModel``."""
+    if not isinstance(model, PositionalAttentionModel):
+        return sequence_loss(model, tokens, all_positions=all_positions, dense=dense)
+    if dense:
+        raise ValueError("the d×d form has no positions: use dense=None or False")
+    tokens = jnp.asarray(tokens)
+    context = tokens[:, :-1]
+    if all_positions:
+        logits = jax.vmap(model.causal_logits)(context)
+        return jnp.mean(_cross_entropy(logits, tokens[:, 1:]))
+    return jnp.mean(_cross_entropy(jax.vmap(model)(context), tokens[:, -1]))
+
+
+class TextLoss(eqx.Module):
+    """``loss_fn(model)`` over a fixed batch of windows (the full-batch flow/GD);
+    works for both model classes. Its arrays are traced.
+
+    Given ``d_vocab``, the last-token loss of an ``AttentionModel`` is computed in the
+    counts form (``gflow.text.counts``; same value, dense products only, several
+    times faster at text vocabularies); otherwise ``text_loss``.
+    """
+
+    tokens: Array
+    log_counts: Array | None
+    all_positions: bool = eqx.field(static=True, default=False)
+    dense: bool | None = eqx.field(static=True, default=None)
+
+    def __init__(self, tokens, *, d_vocab=None, all_positions=False, dense=None):
+        self.tokens = jnp.asarray(tokens)
+        use_counts = d_vocab is not None and not all_positions and dense is None
+        self.log_counts = (
+            jnp.asarray(window_log_counts(tokens, d_vocab)) if use_counts else None
+        )
+        self.all_positions = all_positions
+        self.dense = dense
+
+    def __call__(self, model) -> Float[Array, ""]:
+        if self.log_counts is not None and not isinstance(
+            model, PositionalAttentionModel
+        ):
+            return counts_loss(model, self.log_counts, self.tokens)
+        return text_loss(
+            model, self.tokens, all_positions=self.all_positions, dense=self.dense
+        )

@@ -1,0 +1,74 @@
+"""Fixed-length windows of a token stream: a fixed full-batch sample and a stream.
+
+A window is s+1 consecutive ids: context ``w[:-1]`` and target ``w[-1]`` (the rows
+``gflow.sequence_loss`` takes).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Int
+
+
+def _check(ids, length: int) -> np.ndarray:
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise ValueError(f"ids must be a 1-d token stream, got shape {ids.shape}")
+    if not isinstance(length, (int, np.integer)) or length < 1:
+        raise ValueError(f"context length must be a positive integer, got {length!r}")
+    if ids.shape[0] < length + 1:
+        raise ValueError(
+            f"the corpus has {ids.shape[0]} tokens, fewer than one window of "
+            f"{length + 1}: use a shorter context length or a longer corpus"
+        )
+    return ids
+
+
+def fixed_sample(ids, *, length: int, num: int) -> np.ndarray:
+    """``num`` windows of ``length + 1`` ids at evenly spaced starts (deterministic).
+
+    The starts spread over the whole stream, so the sample covers the corpus; they
+    overlap only when the stream is shorter than ``num * (length + 1)``.
+
+    Returns:
+        int32 [num, length + 1].
+    """
+    ids = _check(ids, length)
+    if not isinstance(num, (int, np.integer)) or num < 1:
+        raise ValueError(f"number of windows must be a positive integer, got {num!r}")
+    last = ids.shape[0] - (length + 1)
+    if num > last + 1:
+        raise ValueError(
+            f"asked for {num} windows but the corpus has only {last + 1} distinct "
+            f"windows of {length + 1} tokens: lower the number of windows"
+        )
+    starts = np.linspace(0, last, num).round().astype(np.int64)
+    return ids[starts[:, None] + np.arange(length + 1)].astype(np.int32)
+
+
+class WindowStream(eqx.Module):
+    """Minibatches of random windows, keyed by ``jax.random`` (jit- and scan-safe).
+
+    ``stream(key)`` draws ``batch`` start positions uniformly and returns int32
+    [batch, length + 1]. Same key, same batch.
+    """
+
+    ids: Int[Array, " n"]
+    length: int = eqx.field(static=True)
+    batch: int = eqx.field(static=True)
+
+    def __init__(self, ids, *, length: int, batch: int):
+        ids = _check(ids, length)
+        if not isinstance(batch, (int, np.integer)) or batch < 1:
+            raise ValueError(f"batch must be a positive integer, got {batch!r}")
+        self.ids = jnp.asarray(ids, dtype=jnp.int32)
+        self.length = int(length)
+        self.batch = int(batch)
+
+    def __call__(self, key) -> Int[Array, "b s1"]:
+        n = self.ids.shape[0]
+        starts = jax.random.randint(key, (self.batch,), 0, n - self.length)
+        return self.ids[starts[:, None] + jnp.arange(self.length + 1)]

@@ -1,0 +1,104 @@
+"""``gflow text`` end to end on small generated text, and the minibatch runner."""
+
+import json
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from gflow import AttentionModel
+from gflow.cli import main
+from gflow.io import load_trajectory
+from gflow.text import TextLoss, WindowStream, text_loss
+from gflow.text.train import run_minibatch
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _story(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    words = ["the", "cat", "dog", "sat", "ran", "on", "mat", "big", "red", "a"]
+    p = 1.0 / np.arange(1, len(words) + 1)
+    sents = [
+        " ".join(rng.choice(words, size=6, p=p / p.sum())) + "." for _ in range(400)
+    ]
+    path.write_text(" ".join(sents))
+    return path
+
+
+def test_text_command_writes_run_directory(tmp_path, capsys):
+    corpus = _story(tmp_path / "story.txt")
+    out = tmp_path / "run"
+    status = main(
+        ["--quiet", "text", "--corpus", str(corpus), "--vocab-size", "8",
+         "--context", "6", "--windows", "128", "--steps", "40", "--adam-steps",
+         "20", "--num-saves", "10", "--track", "cat", "--num-queries", "2",
+         "--out", str(out)]
+    )  # fmt: skip
+    assert status == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert "cat" in cfg["queries"] and cfg["d_vocab"] == 9
+    for name in ("gd", "adam"):
+        traj = load_trajectory(out, name=name)
+        assert np.all(np.isfinite(traj.metrics["loss"]))
+        with np.load(out / f"{name}_rows.npz") as f:
+            rows, queries = f["rows"], f["queries"]
+        assert rows.shape == (len(traj.t), len(queries), 9)
+        np.testing.assert_allclose(rows.sum(axis=-1), 1.0, rtol=1e-5)
+        assert (out / f"attention_rows_{name}.png").stat().st_size > 0
+    assert (out / "text_summary.png").exists()
+    gd = load_trajectory(out, name="gd")
+    assert gd.metrics["loss"][-1] < gd.metrics["loss"][0]  # GD descends
+    np.testing.assert_allclose(gd.t[-1], 40 * 0.25)  # the flow clock
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_text_command_errors_are_one_line(tmp_path, capsys):
+    corpus = _story(tmp_path / "story.txt")
+    args = ["text", "--corpus", str(corpus), "--vocab-size", "8", "--context", "6"]
+    assert main([*args, "--track", "zebra", "--windows", "64"]) == 2
+    assert "zebra" in capsys.readouterr().err
+    assert main([*args, "--method", "euler"]) == 2
+    assert main(["text", "--corpus", "wikitext"]) == 2
+    err = capsys.readouterr().err
+    assert "local text file" in err and err.count("\n") == 2
+
+
+def test_run_minibatch_matches_a_hand_loop():
+    ids = np.random.default_rng(1).integers(0, 6, size=300).astype(np.int32)
+    stream = WindowStream(ids, length=5, batch=16)
+    model = AttentionModel.init(
+        d_vocab=6, d_model=4, init_scale=0.3, key=jax.random.key(0)
+    )
+    eval_loss = TextLoss(jnp.asarray(stream(jax.random.key(9))))
+    key = jax.random.key(2)
+    traj = run_minibatch(
+        eval_loss, model, optax.sgd(0.1), stream, steps=3, learning_rate=0.1,
+        key=key, save_every=3,
+    )  # fmt: skip
+    m = model
+    for k in jax.random.split(key, 3):
+        g = eqx.filter_grad(text_loss)(m, stream(k))
+        m = jax.tree.map(lambda p, gp: p - 0.1 * gp, m, g)
+    np.testing.assert_allclose(traj.final.W_E, m.W_E, rtol=1e-10)
+    np.testing.assert_allclose(traj.t, [0.0, 0.3])
+    np.testing.assert_allclose(traj.metrics["loss"][-1], eval_loss(m), rtol=1e-10)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DATA.is_dir(), reason="shared data not present")
+@pytest.mark.parametrize(
+    "corpus", ["tinystories/sample.txt", "wikitext2/valid.txt", "wikitext2/test.txt"]
+)
+def test_text_command_defaults_on_shared_corpora(tmp_path, corpus):
+    out = tmp_path / "run"
+    assert (
+        main(["--quiet", "text", "--corpus", str(DATA / corpus), "--out", str(out)])
+        == 0
+    )
+    assert (out / "attention_rows_gd.png").exists()
+    assert (out / "attention_rows_adam.png").exists()

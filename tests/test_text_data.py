@@ -1,0 +1,128 @@
+"""Corpora, tokenisers, vocabularies and windows (gflow.text)."""
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from gflow.text import (
+    UNK,
+    ByteTokenizer,
+    Vocabulary,
+    WindowStream,
+    WordTokenizer,
+    fixed_sample,
+    load_corpus,
+)
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TEXT = "The cat sat. The dog sat, and the cat ran!\nA <unk> ran."
+
+
+def test_word_tokens_split_punctuation_and_keep_unk():
+    toks = WordTokenizer()(TEXT)
+    assert toks[:4] == ["The", "cat", "sat", "."]
+    assert "," in toks and "!" in toks and UNK in toks
+    lower = WordTokenizer(lowercase=True)(TEXT)
+    assert lower.count("the") == 3 and UNK in lower
+
+
+def test_byte_tokens_round_trip():
+    text = "ab c\né"
+    toks = ByteTokenizer()(text)
+    assert len(toks) == len(text.encode("utf-8"))
+    assert toks[:3] == ["a", "b", "<0x20>"]
+
+
+def test_vocabulary_order_ties_and_unknown():
+    toks = ["b", "a", "c", "a", "b", "d", UNK, "e"]
+    v = Vocabulary.build(toks, size=2)
+    # a, b (2 each; tie by string) kept; c, d, e and the corpus' <unk> -> UNK (4).
+    assert v.tokens == (UNK, "a", "b")
+    assert v.counts.tolist() == [4, 2, 2]
+    assert v.counts.sum() == len(toks)
+    ids = v.encode(toks)
+    assert ids.tolist() == [2, 1, 0, 1, 2, 0, 0, 0]
+    assert np.isclose(v.frequencies.sum(), 1.0)
+    assert v.frequency_table()[1] == {
+        "id": 1,
+        "token": "a",
+        "count": 2,
+        "frequency": 0.25,
+    }
+    # Deterministic: a shuffled corpus gives the same vocabulary.
+    rng = np.random.default_rng(0)
+    again = Vocabulary.build([str(t) for t in rng.permutation(toks)], size=2)
+    assert again.tokens == v.tokens and np.array_equal(again.counts, v.counts)
+    with pytest.raises(ValueError, match="not in the"):
+        v.id("zebra")
+    with pytest.raises(ValueError, match="vocab size"):
+        Vocabulary.build(toks, size=0)
+
+
+def test_load_corpus_file_folder_and_errors(tmp_path):
+    (tmp_path / "b.txt").write_text("second file")
+    (tmp_path / "a.txt").write_text("first file")
+    assert load_corpus(tmp_path / "a.txt") == "first file"
+    assert load_corpus(tmp_path) == "first file\nsecond file"
+    assert load_corpus(tmp_path, max_chars=5) == "first"
+    with pytest.raises(ValueError, match="neither a file"):
+        load_corpus(tmp_path / "missing.txt")
+    # A hub name never downloads unless asked, and the error says what to pass.
+    with pytest.raises(ValueError, match="local text file"):
+        load_corpus("wikitext")
+
+
+def test_load_corpus_hub_without_package_is_one_line(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name == "datasets":
+            raise ImportError("no datasets")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(ValueError) as e:
+        load_corpus("tinystories", download=True)
+    assert "\n" not in str(e.value) and "local text file" in str(e.value)
+
+
+def test_fixed_sample_windows_are_consecutive_and_deterministic():
+    ids = np.arange(100, dtype=np.int32)
+    w = fixed_sample(ids, length=7, num=10)
+    assert w.shape == (10, 8)
+    assert np.all(np.diff(w, axis=1) == 1)  # consecutive tokens
+    assert w[0, 0] == 0 and w[-1, -1] == 99  # spread over the whole stream
+    assert np.array_equal(w, fixed_sample(ids, length=7, num=10))
+    with pytest.raises(ValueError, match="distinct"):
+        fixed_sample(ids, length=7, num=1000)
+    with pytest.raises(ValueError, match="fewer than one window"):
+        fixed_sample(ids[:5], length=7, num=1)
+
+
+def test_window_stream_keyed():
+    ids = np.arange(50, dtype=np.int32)
+    stream = WindowStream(ids, length=4, batch=16)
+    a = stream(jax.random.key(1))
+    assert a.shape == (16, 5)
+    assert np.all(np.diff(np.asarray(a), axis=1) == 1)
+    assert np.array_equal(a, stream(jax.random.key(1)))
+    assert not np.array_equal(a, stream(jax.random.key(2)))
+    assert int(a.max()) <= 49
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="shared data not present")
+def test_shared_corpora_tokenise():
+    wiki = load_corpus(DATA / "wikitext2" / "valid.txt")
+    toks = WordTokenizer()(wiki)
+    v = Vocabulary.build(toks, size=200)
+    assert len(v) == 201
+    # WikiText's <unk> and every rare word share the unknown token, the top type.
+    assert v.tokens[0] == UNK
+    assert v.counts[0] > toks.count(UNK)
+    stories = load_corpus(DATA / "tinystories" / "sample.txt")
+    vs = Vocabulary.build(WordTokenizer()(stories), size=300)
+    assert {"the", ".", ","} <= set(vs.tokens[:10])

@@ -1,0 +1,161 @@
+"""Positional option, text loss and text observables (gflow.text)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gflow import AttentionModel, sequence_loss
+from gflow.observables import entropy
+from gflow.text import (
+    PositionalAttentionModel,
+    TextLoss,
+    TextObservables,
+    Vocabulary,
+    WordTokenizer,
+    default_queries,
+    fixed_sample,
+    text_loss,
+    type_attention,
+    window_attention,
+)
+
+D, M, S = 7, 5, 6
+
+
+@pytest.fixture(scope="module")
+def windows():
+    rng = np.random.default_rng(0)
+    return jnp.asarray(rng.integers(0, D, size=(20, S + 1)), dtype=jnp.int32)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return AttentionModel.init(
+        d_vocab=D, d_model=M, init_scale=0.7, key=jax.random.key(3)
+    )
+
+
+def test_positional_with_zero_positions_is_the_base_model(model, windows):
+    pm = PositionalAttentionModel(base=model, W_pos=jnp.zeros((S, M)))
+    both = eqx.filter_jit(
+        lambda a, b, w: [
+            (
+                sequence_loss(a, w, all_positions=p, dense=False),
+                text_loss(b, w, all_positions=p),
+            )
+            for p in (False, True)
+        ]
+    )
+    for ref, got in both(model, pm, windows):
+        np.testing.assert_allclose(got, ref, rtol=1e-12)
+    with pytest.raises(ValueError, match="d×d"):
+        text_loss(pm, windows, dense=True)
+
+
+def test_positional_encoding_matters_and_gets_gradient(model, windows):
+    pm = PositionalAttentionModel.init(
+        context_length=S, d_vocab=D, d_model=M, init_scale=0.7, key=jax.random.key(4)
+    )
+    loss = TextLoss(windows)
+    g = eqx.filter_jit(eqx.filter_grad(loss))(pm)
+    assert float(jnp.abs(g.W_pos).max()) > 1e-6
+    # Finite-difference check of dL/dW_pos[0, 0] (float64).
+    h = 1e-6
+    bump = lambda e: eqx.tree_at(lambda p: p.W_pos, pm, pm.W_pos.at[0, 0].add(e))
+    jloss = eqx.filter_jit(loss)
+    fd = (jloss(bump(h)) - jloss(bump(-h))) / (2 * h)
+    np.testing.assert_allclose(g.W_pos[0, 0], fd, rtol=1e-5)
+    # Hand-written attention with positions.
+    c = windows[0, :-1]
+    emb = pm.base.W_E[c] + pm.W_pos
+    ref = jax.nn.softmax((emb[-1] @ pm.base.W_A) @ emb.T)
+    np.testing.assert_allclose(pm.attention(c), ref, rtol=1e-12)
+
+
+def test_window_attention_matches_the_model(model, windows):
+    @eqx.filter_jit
+    def both(model, c):
+        # The attention-weighted embedding through W_P gives the model's logits.
+        attn = window_attention(model, c)
+        logits = jnp.einsum("ns,nsm->nm", attn, model.W_E[c]) @ model.W_P
+        return logits, jax.vmap(model)(c)
+
+    logits, ref = both(model, windows[:, :-1])
+    np.testing.assert_allclose(logits, ref, rtol=1e-10)
+
+
+def test_type_attention_and_query_rows():
+    # Zero weights: uniform attention over positions, so w_n[k] = count_k / s.
+    model = AttentionModel.init(
+        d_vocab=4, d_model=3, init_scale=1e-3, key=jax.random.key(0)
+    )
+    model = jax.tree.map(jnp.zeros_like, model)
+    windows = jnp.array([[0, 0, 1, 2, 3], [1, 1, 1, 2, 0], [3, 0, 0, 2, 1]])
+    c = windows[:, :-1]
+    w = eqx.filter_jit(lambda m: type_attention(window_attention(m, c), c, 4))(model)
+    np.testing.assert_allclose(w[0], [0.5, 0.25, 0.25, 0])
+    np.testing.assert_allclose(w.sum(axis=1), 1.0)
+    obs = eqx.filter_jit(TextObservables(windows, queries=[2, 3], top=[0, 1]))(model)
+    # Query 2 ends windows 0, 1 and 2: its row is the mean of their w_n.
+    np.testing.assert_allclose(obs["attention_rows"][0], w.mean(axis=0), rtol=1e-12)
+    assert np.all(np.isnan(obs["attention_rows"][1]))  # query 3 ends no window
+    np.testing.assert_allclose(obs["query_entropy"][0], entropy(w.mean(axis=0)))
+    np.testing.assert_allclose(obs["query_on_top1"][0], w.mean(axis=0)[0])
+    np.testing.assert_allclose(obs["query_on_topk"][0], w.mean(axis=0)[:2].sum())
+    np.testing.assert_allclose(obs["query_on_self"][0], w.mean(axis=0)[2])
+    np.testing.assert_allclose(obs["attention_entropy"], jnp.mean(entropy(w)))
+
+
+def test_observables_jit_and_positional(model, windows):
+    pm = PositionalAttentionModel(base=model, W_pos=jnp.zeros((S, M)))
+    obs = TextObservables(windows, queries=[1, 2], top=[0, 1, 2])
+    a = eqx.filter_jit(obs)(model)
+    b = eqx.filter_jit(obs)(pm)
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-10, err_msg=k)
+    assert a["sv_W_E"].shape == (4,)
+
+
+def test_default_queries_are_mid_frequency_words():
+    rng = np.random.default_rng(0)
+    words = [chr(97 + i // 26) + chr(97 + i % 26) for i in range(60)]
+    p = 1.0 / np.arange(1, 61)
+    text = " ".join(rng.choice(words, size=20000, p=p / p.sum()))
+    toks = WordTokenizer()(text)
+    vocab = Vocabulary.build(toks, size=40)
+    w = fixed_sample(vocab.encode(toks), length=8, num=2000)
+    q = default_queries(vocab, w, num=4)
+    assert 1 <= len(q) <= 4 and len(set(q)) == len(q)
+    assert all(5 <= i <= len(vocab) for i in q)
+
+
+def test_counts_form_equals_sequence_loss_and_scatter_attention(model, windows):
+    from gflow.text.counts import counts_loss, window_log_counts
+
+    lc = jnp.asarray(window_log_counts(windows, D))
+    res = AttentionModel.init(
+        d_vocab=D, d_model=M, init_scale=0.7, key=jax.random.key(5), residual=True
+    )
+
+    @eqx.filter_jit
+    def pair(m):
+        a = counts_loss(m, lc, windows)
+        b = sequence_loss(m, windows, dense=False)
+        ga = eqx.filter_grad(lambda q: counts_loss(q, lc, windows))(m)
+        gb = eqx.filter_grad(lambda q: sequence_loss(q, windows, dense=False))(m)
+        return a, b, ga, gb
+
+    for m in (model, res):
+        a, b, ga, gb = pair(m)
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+        for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb)):
+            np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)
+    ref = sequence_loss(model, windows, dense=False)
+    np.testing.assert_allclose(TextLoss(windows, d_vocab=D)(model), ref, rtol=1e-12)
+    fast = TextObservables(windows, [1, 2], [0, 1], d_vocab=D)
+    slow = TextObservables(windows, [1, 2], [0, 1])
+    f, s = eqx.filter_jit(fast)(model), eqx.filter_jit(slow)(model)
+    for k in f:
+        np.testing.assert_allclose(f[k], s[k], rtol=1e-10, err_msg=k)
