@@ -192,14 +192,14 @@ def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
 
 
 def _stages(traj: Trajectory):
-    """gflow.detect_stages on a run when that function exists (another issue)."""
-    import gflow
+    """gflow.detect_stages on a run, where its Markov observables apply."""
+    from ..stages import detect_stages
 
-    detect = getattr(gflow, "detect_stages", None)
-    if detect is None:
-        return {"available": False, "why": "gflow.detect_stages is not installed"}
     try:
-        return {"available": True, "stages": detect(traj)}
+        return {
+            "available": True,
+            "stages": [s.to_dict() for s in detect_stages(traj)],
+        }
     except Exception as e:  # its inputs may not fit a text run: record why
         return {"available": False, "why": f"{type(e).__name__}: {e}"}
 
