@@ -19,6 +19,7 @@ from .io import save_trajectory, write_json
 from .losses import PopulationLoss
 from .model import AttentionModel
 from .resume import solve_flow_resumable
+from .solvers import RKC2, StiffSwitch
 from .stages import detect_stages
 from .trajectory import Trajectory
 
@@ -31,6 +32,8 @@ SOLVERS = {
     "dopri5": diffrax.Dopri5,
     "dopri8": diffrax.Dopri8,
     "kvaerno5": diffrax.Kvaerno5,
+    "rkc2": RKC2,
+    "stiff": StiffSwitch,
 }
 
 
