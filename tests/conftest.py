@@ -3,9 +3,21 @@
 import jax
 import pytest
 
+from gflow import AttentionModel, MarkovChain, PopulationLoss
+
 jax.config.update("jax_enable_x64", True)
 
 
 @pytest.fixture
 def key():
     return jax.random.key(0)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """(loss_fn, model): a small 3-token chain and model whose flow moves quickly."""
+    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
+    model = AttentionModel.init(
+        d_vocab=3, d_model=3, init_scale=0.3, key=jax.random.key(1)
+    )
+    return PopulationLoss(chain), model

@@ -7,16 +7,7 @@ import optax
 import pytest
 
 import gflow
-from gflow import AttentionModel, MarkovChain, PopulationLoss, solve_flow
-
-
-@pytest.fixture(scope="module")
-def setup():
-    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
-    model = AttentionModel.init(
-        d_vocab=3, d_model=3, init_scale=0.3, key=jax.random.key(1)
-    )
-    return PopulationLoss(chain), model
+from gflow import AttentionModel, solve_flow
 
 
 def test_flow_decreases_loss_and_reports_stats(setup):

@@ -1,19 +1,9 @@
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from gflow import AttentionModel, MarkovChain, PopulationLoss, run_optimizer
-
-
-@pytest.fixture(scope="module")
-def setup():
-    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
-    model = AttentionModel.init(
-        d_vocab=3, d_model=3, init_scale=0.3, key=jax.random.key(1)
-    )
-    return PopulationLoss(chain), model
+from gflow import run_optimizer
 
 
 def test_constant_clock_and_saves(setup):
