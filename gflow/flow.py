@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .observables import evaluate_metrics
-from .solvers import StiffSwitch
 from .trajectory import Trajectory
 
 DEFAULT_NUM_SAVES = 201
@@ -157,10 +156,11 @@ def solve_flow(
         ts: times at which to record metrics, float [n] in [t0, t1]; default 201 evenly
             spaced times from t0 to t1.
         t0: initial flow time.
-        solver: a Diffrax solver object; default ``gflow.solvers.StiffSwitch()``:
-            Tsit5 steps while the flow is not stiff, stabilised RKC2 steps once the
-            Hessian's λ_max limits Tsit5's step (docs/integrators.md). Pass
-            ``diffrax.Tsit5()`` for the plain explicit solver.
+        solver: a Diffrax solver object; default ``diffrax.Tsit5()``. For long,
+            stiff horizons pass ``gflow.solvers.StiffSwitch()`` (Tsit5 steps until the
+            Hessian's λ_max limits them, stabilised RKC2 steps after; ~17× faster to
+            t = 3000, but at equal rtol less accurate: use a tighter rtol with it,
+            see BENCHMARKS.md and docs/integrators.md).
         rtol, atol: tolerances of the default PID step-size controller (traced, so new
             values do not recompile).
         dt0: initial step; None lets the controller choose.
@@ -195,7 +195,7 @@ def solve_flow(
     if np.any(np.diff(ts) < 0):
         raise ValueError("ts must be non-decreasing")
     ts = np.clip(ts, t0, t1)
-    solver = StiffSwitch() if solver is None else solver
+    solver = diffrax.Tsit5() if solver is None else solver
     if stepsize_controller is None:
         stepsize_controller = diffrax.PIDController(
             rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype)
