@@ -8,6 +8,14 @@ from gflow import AttentionModel, MarkovChain, PopulationLoss
 jax.config.update("jax_enable_x64", True)
 
 
+@pytest.fixture(autouse=True)
+def _float64_everywhere():
+    """CLI handlers called in-process choose their own precision (`gflow text` runs
+    GD in float32): give every test float64 back afterwards."""
+    yield
+    jax.config.update("jax_enable_x64", True)
+
+
 @pytest.fixture
 def key():
     return jax.random.key(0)
