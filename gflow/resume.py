@@ -27,6 +27,21 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.json"
 _SUMMED = ("num_steps", "num_accepted_steps", "num_rejected_steps", "grad_evals")
+_PARAM = "param:"  # prefix of the parameter-snapshot columns in a checkpoint
+
+
+def _param_columns(params) -> dict[str, np.ndarray]:
+    """The array leaves of a time-stacked model as named columns."""
+    leaves = jax.tree.leaves(eqx.filter(params, eqx.is_inexact_array))
+    return {f"{_PARAM}{i}": np.asarray(x) for i, x in enumerate(leaves)}
+
+
+def _params_from_columns(columns: dict, model):
+    """Pop the parameter columns out of ``columns``; the time-stacked model."""
+    dynamic, static = eqx.partition(model, eqx.is_inexact_array)
+    treedef = jax.tree.structure(dynamic)
+    leaves = [columns.pop(f"{_PARAM}{i}") for i in range(treedef.num_leaves)]
+    return eqx.combine(jax.tree.unflatten(treedef, leaves), static)
 
 
 def _fingerprint(model, ts, t0, t1, segments, kwargs) -> str:
@@ -71,7 +86,9 @@ def solve_flow_resumable(
         checkpoint_dir: where checkpoints live; if it holds a checkpoint of the same
             configuration, the solve resumes after its last finished segment.
         segments: number of equal pieces of [t0, t1] (each is one checkpoint).
-        **kwargs: passed to ``solve_flow`` (solver, rtol, atol, observables, ...).
+        **kwargs: passed to ``solve_flow`` (solver, rtol, atol, observables, ...);
+            with ``save_params=True`` the parameter snapshots are checkpointed with
+            the metrics and come back as ``Trajectory.params``.
 
     Returns:
         The whole Trajectory; ``info["resumed_from_segment"]`` says where it resumed
@@ -80,8 +97,6 @@ def solve_flow_resumable(
     """
     if segments < 1:
         raise ValueError(f"segments must be >= 1, got {segments}")
-    if kwargs.get("save_params"):
-        raise ValueError("save_params is not supported by resumable flows")
     t0, t1 = float(t0), float(t1)
     if not t1 > t0:
         raise ValueError(f"t1 must be greater than t0 = {t0}, got t1 = {t1}")
@@ -121,7 +136,10 @@ def solve_flow_resumable(
             loss_fn, current, t0=bounds[k], t1=bounds[k + 1], ts=padded, **kwargs
         )
         n = min(len(want), len(tr))
-        pieces.append({"t": tr.t[:n], **{m: v[:n] for m, v in tr.metrics.items()}})
+        columns = {"t": tr.t, **tr.metrics}
+        if tr.params is not None:
+            columns.update(_param_columns(tr.params))
+        pieces.append({m: v[:n] for m, v in columns.items()})
         for key in _SUMMED:
             stats[key] = (stats[key] or 0) + (tr.stats.get(key) or 0)
         current = tr.final
@@ -163,10 +181,14 @@ def solve_flow_resumable(
         )
     merged = {m: np.concatenate([p[m] for p in pieces]) for m in pieces[0]}
     t = merged.pop("t")
+    params = None
+    if kwargs.get("save_params"):
+        params = _params_from_columns(merged, model)
     return Trajectory(
         t=t,
         metrics=merged,
         final=current,
+        params=params,
         status=status,
         stats={**stats, "segments": segments, "t_reached": float(t[-1])},
         info={

@@ -57,6 +57,7 @@ class FlowConfig:
     max_steps: int = 1_000_000
     x64: bool = True
     segments: int = 10
+    save_params: bool = True
 
     def __post_init__(self):
         def bad(field, why):
@@ -143,6 +144,7 @@ def run_flow(
         atol=cfg.atol,
         max_steps=cfg.max_steps,
         observables=StageObservables(chain),
+        save_params=cfg.save_params,
         progress=progress,
     )
     if checkpoint_dir is None:

@@ -47,6 +47,9 @@ def test_flow_command_writes_a_run_directory(tmp_path, capsys):
         cfg["references"]["unigram_loss"], abs=0.01
     )
     assert "flow success" in capsys.readouterr().out
+    # parameter snapshots at every saved time, the last one the final model
+    assert tr.params.W_E.shape == (31, 4, 32)
+    np.testing.assert_allclose(tr.params.W_P[-1], tr.final.W_P, rtol=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -83,3 +86,8 @@ def test_config_and_resume_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "cfg.json").write_text(json.dumps({"t1": -4}))
     assert main(["flow", "--config", str(tmp_path / "cfg.json")]) == 2
     assert "t1: must be > 0" in capsys.readouterr().err
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"config": {"t1": 5.0}}))
+    assert main(["flow", "--resume", str(run), "--t1", "9", "--no-params"]) == 2
+    assert "drop --t1, --no-params" in capsys.readouterr().err

@@ -19,7 +19,15 @@ def setup():
 def test_interrupted_and_resumed_equals_uninterrupted(setup, tmp_path, monkeypatch):
     loss, model, obs = setup
     ts = np.linspace(0, 6, 25)
-    kw = dict(t1=6.0, ts=ts, segments=3, observables=obs, rtol=1e-8, atol=1e-10)
+    kw = dict(
+        t1=6.0,
+        ts=ts,
+        segments=3,
+        observables=obs,
+        rtol=1e-8,
+        atol=1e-10,
+        save_params=True,
+    )
     full = solve_flow_resumable(loss, model, checkpoint_dir=tmp_path / "a", **kw)
     assert full.status == "success"
     np.testing.assert_allclose(full.t, ts)
@@ -47,6 +55,14 @@ def test_interrupted_and_resumed_equals_uninterrupted(setup, tmp_path, monkeypat
     for k in full.metrics:
         np.testing.assert_array_equal(again.metrics[k], full.metrics[k])
     np.testing.assert_array_equal(again.final.W_E, full.final.W_E)
+    # the snapshots survive the interruption too, one per saved time
+    assert again.params.W_E.shape == (len(ts), *model.W_E.shape)
+    np.testing.assert_array_equal(again.params.W_Q, full.params.W_Q)
+    np.testing.assert_allclose(again.params.W_E[-1], again.final.W_E, rtol=1e-12)
+    np.testing.assert_array_equal(again.params.W_E[0], model.W_E)
+    np.testing.assert_allclose(
+        [loss(again.snapshot(i)) for i in (5, 17)], again.metrics["loss"][[5, 17]]
+    )
 
 
 def test_wrong_configuration_is_refused(setup, tmp_path):

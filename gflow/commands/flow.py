@@ -73,6 +73,12 @@ def register(sub) -> None:
         "--residual", action="store_true", default=None, help="residual ablation"
     )
     p.add_argument("--float32", action="store_true", help="float32 (default float64)")
+    p.add_argument(
+        "--no-params",
+        action="store_true",
+        default=None,
+        help="do not keep parameter snapshots (flow_params.eqx) at the saved times",
+    )
     p.set_defaults(handler=run)
 
 
@@ -90,7 +96,12 @@ def _resolve(args):
                 "an earlier 'gflow flow' run"
             )
         settings = load_config_file(args.resume / "config.json", FlowConfig)
-        given = [f for f in _OPTIONS if getattr(args, f) is not None]
+        given = [_OPTIONS[f][0] for f in _OPTIONS if getattr(args, f) is not None]
+        given += [
+            f"--{flag.replace('_', '-')}"
+            for flag in ("unfactorised", "residual", "float32", "no_params")
+            if getattr(args, flag)
+        ]
         if given:
             raise UsageError(
                 f"--resume continues a run as configured; drop {', '.join(given)}"
@@ -106,6 +117,8 @@ def _resolve(args):
         settings["residual"] = True
     if args.float32:
         settings["x64"] = False
+    if args.no_params:
+        settings["save_params"] = False
     if "pi" in settings:
         settings["pi"] = tuple(settings["pi"])
     try:
