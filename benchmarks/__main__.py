@@ -53,7 +53,9 @@ def main(argv=None) -> int:
         ),
         "seqloss": lambda: seqloss.run(repeats=10 if q else 50),
         "precision": lambda: work_precision.run(t1=150.0 if q else 400.0, quick=q),
-        "trace": lambda: work_precision.stiffness_trace(n=16 if q else 61),
+        "trace": lambda: work_precision.stiffness_trace(
+            t1=1500.0 if q else 3000.0, n=16 if q else 61
+        ),
     }
     for name in args.only:
         start = time.perf_counter()

@@ -14,6 +14,7 @@ import jax
 
 from gflow import solve_flow
 from gflow.hessian import flatten
+from gflow.solvers import StiffSwitch
 
 from .common import default_problem, save, timed
 
@@ -39,7 +40,7 @@ def run(*, t1: float = 400.0, n: int = 2000, repeats: int = 3) -> dict:
     _, t_py = timed(python_loop, repeats=repeats)
     _, t_fused = timed(lambda: fused(x0), repeats=repeats)
     rows = {"bare_python_call_us": 1e6 * t_py / n, "bare_fused_us": 1e6 * t_fused / n}
-    for name, solver in [("tsit5", diffrax.Tsit5()), ("default", None)]:
+    for name, solver in [("tsit5", diffrax.Tsit5()), ("stiff_switch", StiffSwitch())]:
 
         def solve(solver=solver):
             return solve_flow(loss, model, t1=t1, solver=solver, progress=False)

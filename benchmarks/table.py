@@ -83,7 +83,9 @@ def rows() -> list[tuple[str, str, str, str]]:
                 )
     if r := _load("overhead"):
         b = r["rows"]
-        for name in ("tsit5", "default"):
+        for name in ("tsit5", "stiff_switch", "default"):  # "default": old records
+            if name not in b:
+                continue
             row = b[name]
             out.append(
                 (

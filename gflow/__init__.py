@@ -2,6 +2,7 @@
 
 from .data import MarkovChain, stationary_distribution
 from .flow import GradientField, solve_flow
+from .io import load_run, load_trajectory, save_trajectory
 from .losses import (
     PopulationLoss,
     SequenceLoss,
@@ -36,11 +37,14 @@ __all__ = [
     "entropy",
     "evaluate_metrics",
     "gradient_norm",
+    "load_run",
+    "load_trajectory",
     "parameter_distance",
     "population_attention",
     "population_logits",
     "population_loss",
     "run_optimizer",
+    "save_trajectory",
     "sequence_loss",
     "singular_values",
     "solve_flow",

@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(
             f"gflow {args.command}: interrupted; finished work is saved "
-            "(a flow resumes with --resume RUN_DIR)",
+            "(a flow or sweep resumes with --resume RUN_DIR)",
             file=sys.stderr,
         )
         return 130

@@ -174,7 +174,9 @@ def load_run(run_dir) -> dict:
 
     Returns:
         dict with ``"config"`` (the resolved configuration) and, for each trajectory
-        saved there (``flow``, ``optimizer`` ...), its name -> Trajectory.
+        saved there (``flow``, ``optimizer`` ...), its name -> Trajectory; for a
+        ``gflow sweep`` directory also ``"sweep"`` (sweep.json) and ``"members"``
+        (the SweepRun of its members, ``.member(m)`` a Trajectory).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -183,4 +185,8 @@ def load_run(run_dir) -> dict:
     for meta in sorted(run_dir.glob("*.json")):
         if (run_dir / f"{meta.stem}_metrics.npz").exists():
             out[meta.stem] = load_trajectory(run_dir, name=meta.stem)
+    if out["config"].get("command") == "sweep" and (run_dir / "sweep.json").exists():
+        from .sweep_run import load_sweep  # the sweep layer sits above this one
+
+        out.update(load_sweep(run_dir))
     return out

@@ -6,13 +6,15 @@ The one table where optimizer and reference names become objects lives here.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from pathlib import Path
 
 import jax
 import numpy as np
 import optax
 
-from .io import write_json
+from .io import read_json, write_json
 from .losses import PopulationLoss
 from .references import FlowReference, ModifiedFlowReference
 from .runs import FlowConfig, environment
@@ -24,6 +26,7 @@ from .sharpness import (
     sharpness_along,
 )
 from .sweep import compare_sweep, member_mesh, run_sweep
+from .sweep_checkpoint import load_members, run_sweep_resumable
 
 
 def make_optimizer(name: str, beta: float, lr: float = 0.1):
@@ -55,6 +58,7 @@ class SweepConfig:
     threshold: float = 0.1
     beta: float = 0.9
     sharded: bool = True
+    chunk: int = 4
     flow: FlowConfig = FlowConfig()
 
     def __post_init__(self):
@@ -80,10 +84,36 @@ class SweepConfig:
             raise ValueError(f"num_saves: must be >= 2, got {self.num_saves}")
         if not 0 <= self.beta < 1:
             raise ValueError(f"beta: must lie in [0, 1), got {self.beta}")
+        if self.chunk < 1:
+            raise ValueError(f"chunk: must be >= 1, got {self.chunk}")
+
+    @classmethod
+    def from_dict(cls, settings: dict) -> SweepConfig:
+        """A SweepConfig from JSON-like settings (a run's config.json "config")."""
+        settings = dict(settings)
+        flow = dict(settings.pop("flow", {}))
+        if "pi" in flow:
+            flow["pi"] = tuple(flow["pi"])
+        if "lrs" in settings:
+            settings["lrs"] = tuple(settings["lrs"])
+        return cls(**settings, flow=FlowConfig(**flow))
+
+    def fingerprint(self) -> str:
+        """A hash of the settings that determine the members (not the comparison)."""
+        members = dataclasses.asdict(self)
+        for key in ("reference", "threshold"):
+            members.pop(key)
+        text = json.dumps(members, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def run_sweep_config(cfg: SweepConfig, *, key) -> dict:
+def run_sweep_config(
+    cfg: SweepConfig, *, key, checkpoint_dir=None, progress: bool | None = None
+) -> dict:
     """Run the sweep that ``cfg`` describes and compare it with its reference.
+
+    With ``checkpoint_dir`` the members run in chunks of ``cfg.chunk``, each saved
+    when done, and chunks already there are read back (``gflow.sweep_checkpoint``).
 
     Returns ``compare_sweep``'s dict plus ``run`` (the SweepRun), ``stability``,
     ``sharpness`` (t, λ_max along the reference of the smallest η) and, per member,
@@ -93,9 +123,21 @@ def run_sweep_config(cfg: SweepConfig, *, key) -> dict:
     loss, model = PopulationLoss(chain), cfg.flow.model()
     optimizer, stability = make_optimizer(cfg.optimizer, cfg.beta)
     mesh = member_mesh() if cfg.sharded and jax.device_count() > 1 else None
-    run = run_sweep(
-        loss, model, optimizer, cfg.lrs, t1=cfg.t1, num_saves=cfg.num_saves, mesh=mesh
-    )
+    kwargs = dict(t1=cfg.t1, num_saves=cfg.num_saves, mesh=mesh)
+    if checkpoint_dir is None:
+        run = run_sweep(loss, model, optimizer, cfg.lrs, **kwargs)
+    else:
+        run = run_sweep_resumable(
+            loss,
+            model,
+            optimizer,
+            cfg.lrs,
+            checkpoint_dir=checkpoint_dir,
+            fingerprint=cfg.fingerprint(),
+            chunk=cfg.chunk,
+            progress=progress,
+            **kwargs,
+        )
     result = compare_sweep(
         run, REFERENCES[cfg.reference](), loss, model, threshold=cfg.threshold
     )
@@ -113,19 +155,25 @@ def run_sweep_config(cfg: SweepConfig, *, key) -> dict:
     return result
 
 
-def write_sweep_run(run_dir, cfg: SweepConfig, result: dict) -> Path:
-    """Write config.json, sweep.json and the figures into ``run_dir``."""
-    from .plotting_sweep import plot_departures, plot_error_vs_lr, plot_trajectories
-
-    run_dir = Path(run_dir)
+def write_sweep_config(run_dir, cfg: SweepConfig) -> None:
+    """Write the run's config.json (resolved configuration, versions)."""
     write_json(
-        run_dir / "config.json",
+        Path(run_dir) / "config.json",
         {
             "command": "sweep",
             "config": dataclasses.asdict(cfg),
             "environment": environment(),
         },
     )
+
+
+def write_sweep_run(run_dir, cfg: SweepConfig, result: dict) -> Path:
+    """Write sweep.json, the figures and (if missing) config.json into ``run_dir``."""
+    from .plotting_sweep import plot_departures, plot_error_vs_lr, plot_trajectories
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").exists():
+        write_sweep_config(run_dir, cfg)
     sharp = result.get("sharpness")
     write_json(
         run_dir / "sweep.json",
@@ -149,3 +197,18 @@ def write_sweep_run(run_dir, cfg: SweepConfig, result: dict) -> Path:
     plot_trajectories(result, run_dir / "trajectories.png", title=title)
     plot_departures(result, run_dir / "departure.png", title=title)
     return run_dir
+
+
+def load_sweep(run_dir) -> dict:
+    """A ``gflow sweep`` run directory: ``sweep`` (sweep.json) and ``members``.
+
+    ``members`` is the SweepRun of the saved members (losses, times and parameter
+    snapshots; ``.member(m)`` gives a Trajectory), or None when none were saved.
+    """
+    run_dir = Path(run_dir)
+    cfg = SweepConfig.from_dict(read_json(run_dir / "config.json")["config"])
+    checkpoint = run_dir / "checkpoint"
+    members = None
+    if any(checkpoint.glob("members-*.npz")):
+        members = load_members(checkpoint, cfg.flow.model())
+    return {"sweep": read_json(run_dir / "sweep.json"), "members": members}

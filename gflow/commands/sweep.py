@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from .common import default_out, floats
+from .common import default_out, floats, load_config_file, start_log
 
 
 def register(sub) -> None:
@@ -48,17 +48,40 @@ def register(sub) -> None:
         "--no-shard", action="store_true", help="do not shard members over devices"
     )
     p.add_argument(
+        "--chunk",
+        type=int,
+        default=d.chunk,
+        help="members per compiled program; each finished chunk is saved, so an "
+        "interrupted sweep resumes after it",
+    )
+    p.add_argument(
         "--out", type=Path, default=None, help="run directory (runs/sweep-<time>)"
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue an interrupted sweep as configured in RUN_DIR/config.json",
     )
     p.set_defaults(handler=run)
 
 
-def run(args) -> int:
+def _resolve(args):
+    """The SweepConfig of --resume's config.json, or of the options."""
     from ..runs import FlowConfig
     from ..sweep_run import SweepConfig
 
     try:
-        cfg = SweepConfig(
+        if args.resume is not None:
+            if not (args.resume / "config.json").exists():
+                raise UsageError(
+                    f"--resume: {args.resume} has no config.json; give the directory "
+                    "of an earlier 'gflow sweep' run"
+                )
+            settings = load_config_file(args.resume / "config.json", SweepConfig)
+            return SweepConfig.from_dict(settings)
+        return SweepConfig(
             optimizer=args.optimizer,
             lrs=tuple(args.lrs),
             t1=args.t1,
@@ -67,20 +90,34 @@ def run(args) -> int:
             threshold=args.threshold,
             beta=args.beta,
             sharded=not args.no_shard,
+            chunk=args.chunk,
             flow=dataclasses.replace(
                 FlowConfig(), init_scale=args.init_scale, seed=args.seed
             ),
         )
-    except ValueError as e:
+    except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from None
+
+
+def run(args) -> int:
+    cfg = _resolve(args)
     import jax
 
     jax.config.update("jax_enable_x64", True)  # entry point: float64 references
-    from ..sweep_run import run_sweep_config, write_sweep_run
+    from ..sweep_run import run_sweep_config, write_sweep_config, write_sweep_run
 
+    out = args.resume or args.out or default_out("sweep")
+    start_log(out)
+    if args.resume is None:
+        write_sweep_config(out, cfg)
     start = time.perf_counter()
-    result = run_sweep_config(cfg, key=jax.random.key(cfg.flow.seed))
-    run_dir = write_sweep_run(args.out or default_out("sweep"), cfg, result)
+    result = run_sweep_config(
+        cfg,
+        key=jax.random.key(cfg.flow.seed),
+        checkpoint_dir=out / "checkpoint",
+        progress=False if args.quiet else None,
+    )
+    run_dir = write_sweep_run(out, cfg, result)
     for r in result["members"]:
         err = "-" if r["error"] is None else f"{r['error']:.4g}"
         dep = r["departure_time"]
@@ -88,8 +125,10 @@ def run(args) -> int:
             f"  η={r['lr']:<8g} {r['status']:<9} error={err:<10} "
             f"departure={'-' if dep is None else f'{dep:g}'}"
         )
+    resumed = result["run"].info.get("resumed_chunks", 0)
     print(
         f"sweep {cfg.optimizer} vs {cfg.reference}: order {result['order']:.3f}, "
-        f"{time.perf_counter() - start:.1f} s -> {run_dir}"
+        + (f"{resumed} chunk(s) resumed, " if resumed else "")
+        + f"{time.perf_counter() - start:.1f} s -> {run_dir}"
     )
     return 0
