@@ -1,5 +1,10 @@
 """Test configuration: tests are an entry point, so they choose float64 here."""
 
+import os
+import subprocess
+import sys
+import time
+
 import jax
 import pytest
 
@@ -29,3 +34,41 @@ def setup():
         d_vocab=3, d_model=3, init_scale=0.3, key=jax.random.key(1)
     )
     return PopulationLoss(chain), model
+
+
+class GflowProcess:
+    """Real ``python -m gflow`` processes, for the kill-and-resume tests."""
+
+    @staticmethod
+    def start(*args):
+        return subprocess.Popen(
+            [sys.executable, "-m", "gflow", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    @classmethod
+    def run(cls, *args, timeout=900) -> str:
+        """Run to the end; assert success; return stdout."""
+        proc = cls.start(*args)
+        out, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, err
+        return out
+
+    @classmethod
+    def interrupt(cls, args, ready, sig, timeout=600):
+        """Start, send ``sig`` once ``ready()`` holds; return (exit status, stderr)."""
+        proc = cls.start(*args)
+        deadline = time.time() + timeout
+        while time.time() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run finished before it could be interrupted"
+        os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=120)
+        return proc.returncode, err
+
+
+@pytest.fixture(scope="session")
+def gflow_process():
+    return GflowProcess

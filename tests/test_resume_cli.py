@@ -1,11 +1,7 @@
 """Kill a real `gflow flow` part-way (SIGTERM, SIGKILL), resume it, and compare."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -27,28 +23,9 @@ ARGS = [
 ]
 
 
-def _gflow(*args, **kw):
-    return subprocess.Popen(
-        [sys.executable, "-m", "gflow", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kw,
-    )
-
-
-def _kill_after_first_checkpoint(out, sig):
-    proc = _gflow(*ARGS, "--out", str(out))
+def _checkpointed(out):
     ckpt = out / "checkpoint" / "checkpoint.json"
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        if ckpt.exists() and json.loads(ckpt.read_text())["segment"] >= 0:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be interrupted"
-    os.kill(proc.pid, sig)
-    _, err = proc.communicate(timeout=120)
-    return proc.returncode, err
+    return ckpt.exists() and json.loads(ckpt.read_text())["segment"] >= 0
 
 
 def _metrics(run_dir):
@@ -57,26 +34,26 @@ def _metrics(run_dir):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def uninterrupted(tmp_path_factory, gflow_process):
     out = tmp_path_factory.mktemp("full") / "run"
-    proc = _gflow(*ARGS, "--out", str(out))
-    _, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err
+    gflow_process.run(*ARGS, "--out", str(out))
     return _metrics(out)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, uninterrupted, sig):
+def test_killed_run_resumes_to_the_uninterrupted_result(
+    tmp_path, uninterrupted, gflow_process, sig
+):
     out = tmp_path / "run"
-    rc, err = _kill_after_first_checkpoint(out, sig)
+    rc, err = gflow_process.interrupt(
+        [*ARGS, "--out", str(out)], lambda: _checkpointed(out), sig
+    )
     if sig == signal.SIGTERM:
         assert rc == 130 and "--resume" in err and "Traceback" not in err
     else:
         assert rc == -signal.SIGKILL
     assert not (out / "flow_metrics.npz").exists()
-    proc = _gflow("--quiet", "flow", "--resume", str(out))
-    stdout, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err
+    stdout = gflow_process.run("--quiet", "flow", "--resume", str(out))
     assert "resumed after segment" in stdout
     resumed = _metrics(out)
     assert resumed.keys() == uninterrupted.keys()

@@ -1,10 +1,8 @@
-import jax
 import numpy as np
 import optax
 import pytest
 
 import gflow.sweep_checkpoint as ck
-from gflow import AttentionModel, MarkovChain, PopulationLoss
 from gflow.sweep import run_sweep
 from gflow.sweep_checkpoint import chunk_path, run_sweep_resumable
 
@@ -12,21 +10,17 @@ LRS = [0.2, 0.1, 0.05, 0.04, 0.02]
 
 
 @pytest.fixture(scope="module")
-def setup():
-    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
-    model = AttentionModel.init(
-        d_vocab=3, d_model=3, init_scale=0.3, key=jax.random.key(1)
-    )
-    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
-    return PopulationLoss(chain), model, opt
+def sgd_setup(setup):
+    """conftest's small chain and model, with plain SGD (learning rate injected)."""
+    return (*setup, optax.inject_hyperparams(optax.sgd)(learning_rate=0.1))
 
 
 def _fields(run):
     return (run.lrs, run.t, run.steps, run.loss, run.diverged_step, run.params.W_E)
 
 
-def test_chunked_sweep_equals_one_program(setup, tmp_path):
-    loss, model, opt = setup
+def test_chunked_sweep_equals_one_program(sgd_setup, tmp_path):
+    loss, model, opt = sgd_setup
     kw = dict(t1=1.0, num_saves=5)
     whole = run_sweep(loss, model, opt, LRS, **kw)
     chunked = run_sweep_resumable(
@@ -40,8 +34,10 @@ def test_chunked_sweep_equals_one_program(setup, tmp_path):
     np.testing.assert_allclose(chunked.member(4).t, whole.member(4).t)
 
 
-def test_interrupted_sweep_resumes_without_recomputing(setup, tmp_path, monkeypatch):
-    loss, model, opt = setup
+def test_interrupted_sweep_resumes_without_recomputing(
+    sgd_setup, tmp_path, monkeypatch
+):
+    loss, model, opt = sgd_setup
     kw = dict(t1=1.0, num_saves=5, fingerprint="cfg", chunk=2)
     full = run_sweep_resumable(
         loss, model, opt, LRS, checkpoint_dir=tmp_path / "a", **kw
@@ -72,9 +68,9 @@ def test_interrupted_sweep_resumes_without_recomputing(setup, tmp_path, monkeypa
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_chunk_of_another_sweep_is_refused(setup, tmp_path):
-    loss, model, opt = setup
-    kw = dict(t1=1.0, num_saves=3, checkpoint_dir=tmp_path, chunk=2)
+def test_a_chunk_of_another_sweep_is_refused(sgd_setup, tmp_path):
+    loss, model, opt = sgd_setup
+    kw = dict(t1=1.0, num_saves=5, checkpoint_dir=tmp_path, chunk=2)
     run_sweep_resumable(loss, model, opt, [0.2, 0.1], fingerprint="x", **kw)
     with pytest.raises(ValueError, match="different sweep configuration"):
         run_sweep_resumable(loss, model, opt, [0.2, 0.1], fingerprint="y", **kw)
@@ -106,18 +102,22 @@ def test_sweep_config_round_trips_through_json_and_resume_errors(tmp_path, capsy
     assert len(err) == 1 and "chunk: must be >= 1" in err[0]
 
 
-def test_load_run_gives_a_sweep_back(tmp_path):
+def test_load_run_gives_a_sweep_back(sgd_setup, tmp_path):
     from gflow import load_run
     from gflow.io import write_json
-    from gflow.sweep_run import SweepConfig, make_optimizer, write_sweep_config
+    from gflow.runs import FlowConfig
+    from gflow.sweep_run import SweepConfig, write_sweep_config
 
-    cfg = SweepConfig(lrs=(0.2, 0.1, 0.05), t1=1.0, num_saves=3, chunk=2)
+    # the configuration of sgd_setup's chain and model, so nothing recompiles
+    flow = FlowConfig(pi=(0.6, 0.3, 0.1), lam=0.5, d_model=3, init_scale=0.3, seed=1)
+    cfg = SweepConfig(lrs=(0.2, 0.1, 0.05), t1=1.0, num_saves=5, chunk=2, flow=flow)
     write_sweep_config(tmp_path, cfg)
-    loss, model = PopulationLoss(cfg.flow.chain()), cfg.flow.model()
+    loss, model, opt = sgd_setup
+    np.testing.assert_array_equal(flow.model().W_Q, model.W_Q)
     run = run_sweep_resumable(
         loss,
         model,
-        make_optimizer(cfg.optimizer, cfg.beta)[0],
+        opt,
         cfg.lrs,
         t1=cfg.t1,
         num_saves=cfg.num_saves,
