@@ -17,9 +17,10 @@ detector: condensation = first t with loss ≤ H(π) + 0.02; focus = first t wit
 query's attention on token 0 below 0.5; asymmetry lifting = first t after dilution
 with σ₂(W_E)/σ₁(W_E) > 0.1. A stage that never meets its rule before t1 is absent.
 Collapse = first t with attention entropy < 0.05, far below the flow's focus plateau
-(0.27): every query attends to one token. A run "keeps the four stages" only if all
-four are present and it never collapses; otherwise its focus/dilution/asymmetry
-times are the collapse passing through the thresholds, not the flow's stages.
+(0.27): every query attends to one token. The table's last column asks for all four
+stages and no collapse before t1: when the entropy falls straight to ~0 (Adam), the
+focus/dilution/asymmetry times are the collapse passing through the thresholds, not
+the flow's stages.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def table(results: dict) -> str:
     rows = [
         "| run | η | status | "
         + " | ".join(STAGES)
-        + " | collapse (entropy < 0.05) | min entropy | keeps the four stages |",
+        + " | collapse (entropy < 0.05) | min entropy | all four, no collapse by t1 |",
         "|---|---|---|" + "---|" * (len(STAGES) + 3),
         "| flow | 0 | ok | " + cells(results["flow"]["stages"]),
     ]
