@@ -159,7 +159,8 @@ def plot_departure_records(results: dict, path) -> None:
             ("first_rise", "^", "measured: first loss rise"),
             ("own_prediction", "x", "member's own λ_max > c/η"),
         ):
-            tau = [np.nan if r.get(key) is None else r[key] for r in res["members"]]
+            # "none before t1" is drawn on the t1 line
+            tau = [res["t1"] if r.get(key) is None else r[key] for r in res["members"]]
             ax.semilogx(lr, tau, marker, ls="none", label=label, alpha=0.8, ms=8)
         ax.axhline(res["t1"], color="gray", lw=0.8, ls="--", label="t1 (none before)")
         ax.set_xlabel("step size η")

@@ -165,3 +165,23 @@ def test_sweep_shards_over_four_cpu_devices():
         timeout=600,
     )
     assert "SHARDED_OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_departure_records_figure(tmp_path):
+    from gflow.plotting_sweep import plot_departure_records
+
+    member = {
+        "lr": 2.0,
+        "bound": 1.0,
+        "predicted": 72.0,
+        "first_rise": 134.0,
+        "own_prediction": None,
+        "t": [0.0, 100.0, 200.0],
+        "lambda_max": [0.5, 1.2, 0.9],
+    }
+    results = {
+        "flow": {"t": [0.0, 100.0, 200.0], "lambda_max": [0.5, 1.2, 1.6]},
+        "sgd": {"t1": 200.0, "stability": 2.0, "speed": 1, "members": [member]},
+    }
+    plot_departure_records(results, tmp_path / "d.png")
+    assert (tmp_path / "d.png").stat().st_size > 0
