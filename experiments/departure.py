@@ -37,6 +37,8 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from gflow import PopulationLoss, solve_flow  # noqa: E402
+from gflow.compare import compare  # noqa: E402
+from gflow.references import FlowReference  # noqa: E402
 from gflow.runs import FlowConfig  # noqa: E402
 from gflow.sharpness import (  # noqa: E402
     GD_STABILITY,
@@ -58,6 +60,7 @@ class Config:
     adam_lrs: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3)
     adam_t1: float = 40.0
     lanczos_iters: int = 20
+    drift_factor: float = 2.0  # candidate (b): d_η > factor · (η/η₀) · d_η₀
 
 
 def optimizers(cfg: Config):
@@ -87,6 +90,34 @@ def optimizers(cfg: Config):
             1,
         ),
     }
+
+
+def drift_departures(loss, model, sweep, members, factor: float) -> None:
+    """Candidate measure (b) for GD, added to ``members`` in place.
+
+    The distance to the flow is O(η) while GD is stable, so d_η(t) ≈ (η/η₀) d_η₀(t)
+    for the smallest member η₀ whose loss never rose; ``drift_departure`` is the
+    first saved t > 0 with d_η(t) > factor · (η/η₀) · d_η₀(t) (save times of different
+    η agree to within η/2).
+    """
+    stable = [m for m in range(len(sweep.lrs)) if sweep.first_rise_time(m) is None]
+    if not stable:
+        return
+    refs = FlowReference().solve(loss, model, list(sweep.t), sweep.lrs)
+    dist = [
+        compare(sweep.member(m), refs[m])["distance"]["total"]
+        for m in range(len(sweep.lrs))
+    ]
+    m0 = min(stable, key=lambda m: sweep.lrs[m])
+    for m, rec in enumerate(members):
+        n = min(len(dist[m]), len(dist[m0]))
+        scaled = factor * sweep.lrs[m] / sweep.lrs[m0] * dist[m0][:n]
+        over = (dist[m][:n] > scaled) & (sweep.t[m][:n] > 0)
+        rec["drift_departure"] = (
+            float(sweep.t[m][np.argmax(over)]) if over.any() else None
+        )
+        rec["distance"] = np.asarray(dist[m]).tolist()
+        rec["drift_reference_lr"] = float(sweep.lrs[m0])
 
 
 def run(cfg: Config, *, key, only=("sgd", "momentum", "adam")) -> dict:
@@ -134,6 +165,8 @@ def run(cfg: Config, *, key, only=("sgd", "momentum", "adam")) -> dict:
                     "loss": traj.metrics["loss"].tolist(),
                 }
             )
+        if name == "sgd":
+            drift_departures(loss, model, sweep, members, cfg.drift_factor)
         out[name] = {"t1": t1, "stability": c, "speed": speed, "members": members}
     return out
 
@@ -146,8 +179,9 @@ def table(results: dict) -> str:
 
     rows = [
         "| optimizer | η | c/η | predicted (flow λ_max > c/η) | first loss rise "
-        "| rises / steps | own λ_max > c/η | own λ_max at the rise |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rises / steps | own λ_max > c/η | own λ_max at the rise "
+        "| d_η > 2(η/η₀)d_η₀ |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in ("sgd", "momentum", "adam"):
         if name not in results:
@@ -158,7 +192,7 @@ def table(results: dict) -> str:
                 f"| {name} (t1={res['t1']:g}) | {r['lr']:g} | {r['bound']:.3g} | "
                 f"{fmt(r['predicted'])} | {fmt(r['first_rise'])} | "
                 f"{r['rises']} / {r['steps']} | {fmt(r['own_prediction'])} | "
-                f"{fmt(r['lambda_at_rise'])} |"
+                f"{fmt(r['lambda_at_rise'])} | {fmt(r.get('drift_departure'))} |"
             )
     return "\n".join(rows) + "\n"
 
