@@ -18,7 +18,7 @@ the raw λ_max it is only indicative.
 Command:
     PYTHONPATH=$PWD python experiments/departure.py [--out DIR] [--only sgd,momentum]
 
-Runtime: about 5 min on 2 busy CPU cores (mostly compilation and Lanczos). Writes
+Runtime: 5-10 min on 2 busy CPU cores (compilation, Lanczos, one flow solve). Writes
 experiments/results/departure/{results.json, departure.md, departure.png}.
 """
 
