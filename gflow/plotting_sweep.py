@@ -77,7 +77,8 @@ def plot_departures(result: dict, path, *, title: str = "") -> None:
     t1 = result["run"].info["t1"]
     for key, marker, label in (
         ("predicted_departure", "s", "predicted (λ_max > c/η)"),
-        ("departure_time", "o", f"measured (distance > {result.get('threshold', '')})"),
+        ("first_rise_time", "^", "measured: first loss rise"),
+        ("departure_time", "o", f"distance > {result.get('threshold', '')}"),
     ):
         lr = [r["lr"] for r in result["members"]]
         tau = [np.nan if r.get(key) is None else r[key] for r in result["members"]]
@@ -116,5 +117,55 @@ def plot_comparison(cmp: dict, run, ref, path, *, title: str = "") -> None:
         axes[2].legend(fontsize=8)
     axes[2].set_ylabel("attention TV distance")
     axes[2].set_xlabel("flow time t = Σ η")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def plot_departure_records(results: dict, path) -> None:
+    """Per optimizer: λ_max along the flow and the members against c/η (top), and
+    predicted against measured departure time (bottom), from saved records.
+
+    ``results[name]`` holds ``stability``, ``speed`` (flow time per unit of the
+    optimizer's clock), ``t1`` and ``members`` with ``lr``, ``predicted``,
+    ``first_rise``, ``t`` and ``lambda_max``; ``results["flow"]`` holds ``t`` and
+    ``lambda_max``.
+    """
+    names = [n for n in ("sgd", "momentum", "adam") if n in results]
+    fig, axes = plt.subplots(2, len(names), figsize=(5.2 * len(names), 8.5))
+    axes = np.asarray(axes).reshape(2, len(names))
+    flow = results["flow"]
+    for j, name in enumerate(names):
+        res = results[name]
+        ax = axes[0, j]
+        tf = np.asarray(flow["t"]) / res["speed"]
+        keep = tf <= res["t1"]
+        ax.plot(tf[keep], np.asarray(flow["lambda_max"])[keep], "k", lw=2, label="flow")
+        for r in res["members"]:
+            (line,) = ax.plot(r["t"], r["lambda_max"], lw=1, label=f"η={r['lr']:g}")
+            ax.axhline(r["bound"], color=line.get_color(), ls=":", lw=1)
+            if r["first_rise"] is not None:
+                ax.axvline(r["first_rise"], color=line.get_color(), ls="--", lw=0.8)
+        # a member that blows up can spike far above; keep the bounds in view
+        top = max(np.max(flow["lambda_max"]), *(r["bound"] for r in res["members"]))
+        ax.set_ylim(0, 1.3 * top)
+        ax.set_xlabel("t = Σ η" + ("" if res["speed"] == 1 else " (flow at t·speed)"))
+        ax.set_ylabel("λ_max(H)")
+        ax.set_title(f"{name}: sharpness; dotted c/η, dashed first loss rise")
+        ax.legend(fontsize=7)
+        ax = axes[1, j]
+        lr = np.array([r["lr"] for r in res["members"]])
+        for key, marker, label in (
+            ("predicted", "s", "predicted: flow λ_max > c/η"),
+            ("first_rise", "^", "measured: first loss rise"),
+            ("own_prediction", "x", "member's own λ_max > c/η"),
+        ):
+            # "none before t1" is drawn on the t1 line
+            tau = [res["t1"] if r.get(key) is None else r[key] for r in res["members"]]
+            ax.semilogx(lr, tau, marker, ls="none", label=label, alpha=0.8, ms=8)
+        ax.axhline(res["t1"], color="gray", lw=0.8, ls="--", label="t1 (none before)")
+        ax.set_xlabel("step size η")
+        ax.set_ylabel("departure time τ(η)")
+        ax.set_title(f"{name}: predicted vs measured")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path)

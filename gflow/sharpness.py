@@ -6,6 +6,12 @@ iterations suffice. A discrete optimizer with step η leaves the flow once the f
 sharpness crosses its stability bound c/η: c = 2 for GD, 2 + 2β for heavy ball with
 momentum β (optax ``sgd(momentum=β)``), and about 38 for Adam with β₁ = 0.9
 (the bound (2 + 2β₁)/(1 − β₁) of its preconditioned heavy-ball form).
+
+The measured counterpart for GD is the first loss rise recorded by the sweep
+(``SweepRun.first_rise_step``): by the descent lemma GD's loss cannot rise while
+ηλ_max < 2 on the step, so a rise certifies that the bound was crossed. On the
+default model the rise comes after ``predicted_departure`` (GD lags the flow, and
+the unstable mode needs steps to grow): see docs/flow_vs_optimizers.md.
 """
 
 from __future__ import annotations

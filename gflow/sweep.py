@@ -9,6 +9,12 @@ common time grid t_j, so that every member is compared with a reference at its o
 exact times. A member that diverges (non-finite loss, gradient or parameters, or a
 parameter norm above ``blowup``) freezes at its last good state, is marked
 ``diverged`` with its step, and never affects the others.
+
+Every member also records the first step k at which its loss *rises*,
+L(θ_k) > L(θ_{k−1}) (relative tolerance 100 ε of the dtype against round-off), and
+how many steps rise. For GD this certifies an instability: by the descent lemma,
+L(θ − η∇L) ≤ L(θ) − η(1 − ηλ/2)|∇L|² with λ the largest Hessian eigenvalue on the
+segment, so the loss can only rise once ηλ_max > 2 somewhere on the step.
 """
 
 from __future__ import annotations
@@ -73,10 +79,12 @@ def sweep_core(
     ``blowup`` bounds the parameter norm and ``max_loss_ratio`` × the initial loss
     bounds the loss at the saves.
 
-    Returns (loss [M, S], parameter snapshots [M, S, ...], diverged step [M], −1 if
-    none). Saves after a divergence are NaN.
+    Returns (loss [M, S], parameter snapshots [M, S, ...], diverged step [M], first
+    step whose loss rose above the previous step's [M], number of such steps [M]);
+    −1: none. Saves after a divergence are NaN.
     """
     dtype = jax.tree.leaves(params)[0].dtype
+    rise_tol = 100 * jnp.finfo(dtype).eps  # relative: round-off is not a rise
 
     def loss_of(p):
         return loss_fn(eqx.combine(p, static))
@@ -89,28 +97,45 @@ def sweep_core(
                 return (c[3] < target) & (c[2] < 0)
 
             def body(c):
-                p, s, bad_at, k = c
+                p, s, bad_at, k, prev, first_rise, rises = c
                 loss, grads = jax.value_and_grad(loss_of)(p)
+                rose = (k > 0) & (loss > prev + rise_tol * jnp.abs(prev))
+                first_rise = jnp.where(rose & (first_rise < 0), k, first_rise)
                 updates, new_s = optimizer.update(grads, s, p)
                 new_p = optax.apply_updates(p, updates)
                 bad = _is_bad(loss, grads, new_p, blowup)
                 new_p = jax.tree.map(lambda a, b: jnp.where(bad, a, b), p, new_p)
                 new_s = jax.tree.map(lambda a, b: jnp.where(bad, a, b), s, new_s)
-                return new_p, new_s, jnp.where(bad, k, bad_at), k + 1
+                bad_at = jnp.where(bad, k, bad_at)
+                return new_p, new_s, bad_at, k + 1, loss, first_rise, rises + rose
 
-            p, s, bad_at, k = jax.lax.while_loop(cond, body, carry)
+            p, s, bad_at, k, prev, first_rise, rises = jax.lax.while_loop(
+                cond, body, carry
+            )
             loss = loss_of(p)
+            # the last state is checked here; the next body then sees prev == loss
+            rose = (k > 0) & (loss > prev + rise_tol * jnp.abs(prev))
+            first_rise = jnp.where(rose & (first_rise < 0), k, first_rise)
             blown = ~(loss <= max_loss) & (bad_at < 0)
             bad_at = jnp.where(blown, k, bad_at)
-            carry = (p, s, bad_at, k)
+            carry = (p, s, bad_at, k, loss, first_rise, rises + rose)
             nan = jnp.asarray(jnp.nan, dtype)
             loss = jnp.where(bad_at >= 0, nan, loss)
             snap = jax.tree.map(lambda x: jnp.where(bad_at >= 0, nan, x), p)
             return carry, (loss, snap)
 
-        carry = (params, opt_state, jnp.asarray(-1, jnp.int32), jnp.asarray(0))
+        minus_one = jnp.asarray(-1, jnp.int32)
+        carry = (
+            params,
+            opt_state,
+            minus_one,
+            jnp.asarray(0, jnp.int32),
+            loss_of(params),
+            minus_one,
+            jnp.asarray(0, jnp.int32),
+        )
         carry, (loss, snaps) = jax.lax.scan(advance, carry, targets)
-        return loss, snaps, carry[2]
+        return loss, snaps, carry[2], carry[5], carry[6]
 
     return jax.vmap(member)(opt_states, steps_at)
 
@@ -127,6 +152,10 @@ class SweepRun:
         params: parameter snapshots, the model with leading axes [M, S, ...].
         diverged_step: the step at which each member diverged, int [M] (−1: none).
         info: what produced the run.
+        first_rise_step: the first step k with L(θ_k) > L(θ_{k−1}), int [M] (−1:
+            the loss never rose); None if not recorded.
+        rises: the number of steps at which the loss rose, int [M]; None if not
+            recorded.
     """
 
     lrs: np.ndarray
@@ -136,6 +165,14 @@ class SweepRun:
     params: object
     diverged_step: np.ndarray
     info: dict = dataclasses.field(default_factory=dict)
+    first_rise_step: np.ndarray | None = None
+    rises: np.ndarray | None = None
+
+    def first_rise_time(self, m: int) -> float | None:
+        """Flow time k·η of member m's first loss rise (None: none or unrecorded)."""
+        if self.first_rise_step is None or self.first_rise_step[m] < 0:
+            return None
+        return float(self.first_rise_step[m] * self.lrs[m])
 
     def status(self, m: int) -> str:
         return "diverged" if self.diverged_step[m] >= 0 else "ok"
@@ -225,7 +262,7 @@ def run_sweep(
         sharded = NamedSharding(mesh, PartitionSpec(MEMBER_AXIS))
         states, steps_at = jax.device_put((states, steps_at), sharded)
         params = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
-    loss, snaps, bad_at = sweep_core(
+    loss, snaps, bad_at, first_rise, rises = sweep_core(
         params,
         static,
         states,
@@ -244,6 +281,8 @@ def run_sweep(
         params=eqx.combine(snaps, static),
         diverged_step=np.asarray(bad_at)[:n],
         info={"t1": float(t1), "sharded_over": 1 if mesh is None else mesh.size},
+        first_rise_step=np.asarray(first_rise)[:n],
+        rises=np.asarray(rises)[:n],
     )
 
 
@@ -269,7 +308,8 @@ def compare_sweep(
 
     Returns:
         dict with ``members`` (lr, error = max distance over [0, t1], final_error,
-        departure_time, status, diverged_step), ``order`` and ``intercept`` of the
+        departure_time, status, diverged_step, first_rise_time, loss_rises),
+        ``order`` and ``intercept`` of the
         log-log fit over the ``ok`` members, ``richardson`` (the two smallest ok η
         extrapolated to η→0), ``references`` and ``comparisons`` (per member).
     """
@@ -282,6 +322,9 @@ def compare_sweep(
     members, comparisons = [], {}
     for m in range(len(run.lrs)):
         rec = {"lr": float(run.lrs[m]), "status": run.status(m)}
+        if run.first_rise_step is not None:
+            rec["first_rise_time"] = run.first_rise_time(m)
+            rec["loss_rises"] = int(run.rises[m])
         if m in refs:
             cmp = compare(run.member(m), refs[m], threshold=threshold)
             comparisons[m] = cmp

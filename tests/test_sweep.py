@@ -11,6 +11,7 @@ import pytest
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss, run_optimizer
 from gflow.compare import fit_order
+from gflow.hessian import max_eigenvalue
 from gflow.sweep import run_sweep, save_steps
 
 TRACES = []
@@ -72,6 +73,27 @@ def test_new_step_sizes_do_not_recompile(setup):
     b = run_sweep(loss, model, opt, [0.3, 0.07, 0.011], t1=0.5, num_saves=4)
     assert len(TRACES) == traced  # the loss was not traced again: no recompilation
     assert not np.allclose(a.loss[:, -1], b.loss[:, -1])  # the new η were used
+
+
+def test_first_loss_rise_matches_the_per_step_losses(setup):
+    # oracle: the per-step losses of single runs; 0.5/λ₀ descends monotonically (the
+    # descent lemma), 3/λ₀ and 12/λ₀ overshoot the top Hessian direction at once
+    loss, model, opt = setup
+    lam0 = float(max_eigenvalue(loss, model, key=jax.random.key(0), iters=20)[0])
+    lrs = [0.5 / lam0, 3.0 / lam0, 12.0 / lam0]
+    run = run_sweep(loss, model, opt, lrs, t1=30.0, num_saves=4)
+    for m, lr in enumerate(lrs):
+        steps = int(run.steps[m, -1])
+        single = run_optimizer(
+            loss, model, optax.sgd(lr), learning_rate=lr, steps=steps, save_every=1
+        )
+        losses = single.metrics["loss"]
+        rose = losses[1:] > losses[:-1] * (1 + 100 * np.finfo(float).eps)
+        first = int(np.argmax(rose)) + 1 if rose.any() else -1
+        assert run.first_rise_step[m] == first
+        assert run.rises[m] == rose.sum()
+        assert run.first_rise_time(m) == (None if first < 0 else first * lr)
+    assert run.first_rise_step[0] == -1 and run.first_rise_step[1] > 0
 
 
 def test_diverged_member_does_not_spoil_the_others(setup):
@@ -143,3 +165,23 @@ def test_sweep_shards_over_four_cpu_devices():
         timeout=600,
     )
     assert "SHARDED_OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_departure_records_figure(tmp_path):
+    from gflow.plotting_sweep import plot_departure_records
+
+    member = {
+        "lr": 2.0,
+        "bound": 1.0,
+        "predicted": 72.0,
+        "first_rise": 134.0,
+        "own_prediction": None,
+        "t": [0.0, 100.0, 200.0],
+        "lambda_max": [0.5, 1.2, 0.9],
+    }
+    results = {
+        "flow": {"t": [0.0, 100.0, 200.0], "lambda_max": [0.5, 1.2, 1.6]},
+        "sgd": {"t1": 200.0, "stability": 2.0, "speed": 1, "members": [member]},
+    }
+    plot_departure_records(results, tmp_path / "d.png")
+    assert (tmp_path / "d.png").stat().st_size > 0

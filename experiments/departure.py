@@ -1,0 +1,227 @@
+"""Does the sharpness bound predict when an optimizer leaves the flow?
+
+Question: on the default Markov model (MODEL.md §3, float64), the flow's sharpness
+λ_max(t) grows (0.46 at t = 0, 2.8 at t = 400). An optimizer with step η is predicted
+to turn unstable at the first t with λ_max(t) > c/η (c = 2 for GD, 2 + 2β for heavy
+ball, (2 + 2β₁)/(1 − β₁) for Adam). Is it? The measured instability is the first step
+at which the optimizer's loss rises, L(θ_k) > L(θ_{k−1}) (``SweepRun.first_rise_step``,
+recorded inside the vmapped sweep). For GD this is a certificate: below 2/λ_max on the
+step the descent lemma forbids any rise. Each member's own λ_max at its saves is also
+measured, to tell "the prediction is wrong" from "the optimizer is elsewhere than the
+flow".
+
+Heavy ball with fixed β moves 1/(1 − β) times faster than the flow on the clock
+t = Σ η (its small-η limit is the flow sped up), so its prediction reads the flow's
+λ_max at flow time t/(1 − β). Adam's bound is on its preconditioned sharpness; with
+the raw λ_max it is only indicative.
+
+Command:
+    PYTHONPATH=$PWD python experiments/departure.py [--out DIR] [--only sgd,momentum]
+
+Runtime: 5-10 min on 2 busy CPU cores (compilation, Lanczos, one flow solve). Writes
+experiments/results/departure/{results.json, departure.md, departure.png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+from gflow import PopulationLoss, solve_flow  # noqa: E402
+from gflow.compare import compare  # noqa: E402
+from gflow.references import FlowReference  # noqa: E402
+from gflow.runs import FlowConfig  # noqa: E402
+from gflow.sharpness import (  # noqa: E402
+    GD_STABILITY,
+    adam_stability,
+    heavy_ball_stability,
+    predicted_departure,
+    sharpness_along,
+)
+from gflow.sweep import run_sweep  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    t1: float = 400.0  # flow horizon; λ_max(400) ≈ 2.8
+    num_saves: int = 201
+    beta: float = 0.9
+    sgd_lrs: tuple[float, ...] = (0.5, 0.8, 1.0, 1.5, 2.0, 3.0)
+    momentum_lrs: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0, 3.0)
+    adam_lrs: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3)
+    adam_t1: float = 40.0
+    lanczos_iters: int = 20
+    drift_factor: float = 2.0  # candidate (b): d_η > factor · (η/η₀) · d_η₀
+
+
+def optimizers(cfg: Config):
+    """name -> (optimizer, lrs, clock horizon, stability constant c, clock speed)."""
+    inj = optax.inject_hyperparams
+    speed = 1.0 / (1.0 - cfg.beta)  # heavy ball: flow time per unit of Σ η
+    return {
+        "sgd": (
+            inj(optax.sgd)(learning_rate=0.1),
+            cfg.sgd_lrs,
+            cfg.t1,
+            GD_STABILITY,
+            1,
+        ),
+        "momentum": (
+            inj(optax.sgd)(learning_rate=0.1, momentum=cfg.beta),
+            cfg.momentum_lrs,
+            cfg.t1 / speed,
+            heavy_ball_stability(cfg.beta),
+            speed,
+        ),
+        "adam": (
+            inj(optax.adam)(learning_rate=0.1, b1=cfg.beta),
+            cfg.adam_lrs,
+            cfg.adam_t1,
+            adam_stability(cfg.beta),
+            1,
+        ),
+    }
+
+
+def drift_departures(loss, model, sweep, members, factor: float) -> None:
+    """Candidate measure (b) for GD, added to ``members`` in place.
+
+    The distance to the flow is O(η) while GD is stable, so d_η(t) ≈ (η/η₀) d_η₀(t)
+    for the smallest member η₀ whose loss never rose; ``drift_departure`` is the
+    first saved t > 0 with d_η(t) > factor · (η/η₀) · d_η₀(t) (save times of different
+    η agree to within η/2).
+    """
+    stable = [m for m in range(len(sweep.lrs)) if sweep.first_rise_time(m) is None]
+    if not stable:
+        return
+    refs = FlowReference().solve(loss, model, list(sweep.t), sweep.lrs)
+    dist = [
+        compare(sweep.member(m), refs[m])["distance"]["total"]
+        for m in range(len(sweep.lrs))
+    ]
+    m0 = min(stable, key=lambda m: sweep.lrs[m])
+    for m, rec in enumerate(members):
+        n = min(len(dist[m]), len(dist[m0]))
+        scaled = factor * sweep.lrs[m] / sweep.lrs[m0] * dist[m0][:n]
+        over = (dist[m][:n] > scaled) & (sweep.t[m][:n] > 0)
+        rec["drift_departure"] = (
+            float(sweep.t[m][np.argmax(over)]) if over.any() else None
+        )
+        rec["distance"] = np.asarray(dist[m]).tolist()
+        rec["drift_reference_lr"] = float(sweep.lrs[m0])
+
+
+def run(cfg: Config, *, key, only=("sgd", "momentum", "adam")) -> dict:
+    """λ_max along the flow and the members; predicted vs measured departures."""
+    flow_cfg = FlowConfig()
+    loss, model = PopulationLoss(flow_cfg.chain()), flow_cfg.model()
+    flow = solve_flow(
+        loss,
+        model,
+        t1=cfg.t1,
+        ts=np.linspace(0, cfg.t1, cfg.num_saves),
+        rtol=1e-8,
+        atol=1e-10,
+        save_params=True,
+        progress=False,
+    )
+    lam_flow = sharpness_along(loss, flow, key=key, iters=cfg.lanczos_iters)
+    out = {"flow": {"t": flow.t.tolist(), "lambda_max": lam_flow.tolist()}}
+    for name, (opt, lrs, t1, c, speed) in optimizers(cfg).items():
+        if name not in only:
+            continue
+        sweep = run_sweep(loss, model, opt, lrs, t1=t1, num_saves=cfg.num_saves)
+        members = []
+        for m, lr in enumerate(lrs):
+            traj = sweep.member(m)
+            lam = sharpness_along(loss, traj, key=key, iters=cfg.lanczos_iters)
+            rise = sweep.first_rise_time(m)
+            at_rise = None
+            if rise is not None:
+                i = min(int(np.searchsorted(traj.t, rise)), len(lam) - 1)
+                at_rise = float(lam[i])
+            members.append(
+                {
+                    "lr": lr,
+                    "status": sweep.status(m),
+                    "predicted": predicted_departure(flow.t / speed, lam_flow, lr, c),
+                    "first_rise": rise,
+                    "rises": int(sweep.rises[m]),
+                    "steps": int(sweep.steps[m, -1]),
+                    "own_prediction": predicted_departure(traj.t, lam, lr, c),
+                    "lambda_at_rise": at_rise,
+                    "bound": c / lr,
+                    "t": traj.t.tolist(),
+                    "lambda_max": lam.tolist(),
+                    "loss": traj.metrics["loss"].tolist(),
+                }
+            )
+        if name == "sgd":
+            drift_departures(loss, model, sweep, members, cfg.drift_factor)
+        out[name] = {"t1": t1, "stability": c, "speed": speed, "members": members}
+    return out
+
+
+def table(results: dict) -> str:
+    """The markdown table of predicted and measured departures."""
+
+    def fmt(x):
+        return "—" if x is None else f"{x:.4g}"
+
+    rows = [
+        "| optimizer | η | c/η | predicted (flow λ_max > c/η) | first loss rise "
+        "| rises / steps | own λ_max > c/η | own λ_max at the rise "
+        "| d_η > 2(η/η₀)d_η₀ |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in ("sgd", "momentum", "adam"):
+        if name not in results:
+            continue
+        res = results[name]
+        for r in res["members"]:
+            rows.append(
+                f"| {name} (t1={res['t1']:g}) | {r['lr']:g} | {r['bound']:.3g} | "
+                f"{fmt(r['predicted'])} | {fmt(r['first_rise'])} | "
+                f"{r['rises']} / {r['steps']} | {fmt(r['own_prediction'])} | "
+                f"{fmt(r['lambda_at_rise'])} | {fmt(r.get('drift_departure'))} |"
+            )
+    return "\n".join(rows) + "\n"
+
+
+def plot(out_dir: Path) -> None:
+    """Per optimizer: λ_max with c/η, and τ predicted vs measured (from files)."""
+    from gflow.plotting_sweep import plot_departure_records
+
+    results = json.loads((out_dir / "results.json").read_text())
+    plot_departure_records(results, out_dir / "departure.png")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out", type=Path, default=Path("experiments/results/departure")
+    )
+    parser.add_argument("--only", default="sgd,momentum,adam", help="optimizers")
+    args = parser.parse_args()
+    cfg = Config()
+    results = run(cfg, key=jax.random.key(0), only=tuple(args.only.split(",")))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(
+        json.dumps({"config": dataclasses.asdict(cfg), **results})
+    )
+    (args.out / "departure.md").write_text(table(results))
+    plot(args.out)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

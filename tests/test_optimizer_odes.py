@@ -1,0 +1,61 @@
+"""Heavy ball and Adam converge to their ODEs (β = 1 − γη) at first order."""
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from gflow import AttentionModel, MarkovChain, PopulationLoss
+from gflow.optimizer_odes import AdamODEReference, MomentumODEReference
+from gflow.sweep import compare_sweep, run_sweep
+
+LRS = (0.04, 0.02, 0.01)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
+    model = AttentionModel.init(
+        d_vocab=3, d_model=3, init_scale=0.3, key=jax.random.key(1)
+    )
+    return PopulationLoss(chain), model
+
+
+def errors_and_order(setup, optimizer, reference, t1):
+    loss, model = setup
+    run = run_sweep(
+        loss,
+        model,
+        optimizer,
+        LRS,
+        t1=t1,
+        num_saves=11,
+        hyperparams=reference.hyperparams,
+    )
+    res = compare_sweep(run, reference, loss, model)
+    return np.array([m["error"] for m in res["members"]]), res["order"]
+
+
+def test_heavy_ball_converges_to_its_ode_at_first_order(setup):
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1, momentum=0.9)
+    errors, order = errors_and_order(setup, opt, MomentumODEReference(gamma=2.0), 4.0)
+    assert np.all(np.diff(errors) < 0)  # halving η shrinks the error
+    assert 0.85 <= order <= 1.15
+
+
+def test_adam_converges_to_its_ode_at_first_order(setup):
+    opt = optax.inject_hyperparams(optax.adam)(learning_rate=0.1, b1=0.9, b2=0.999)
+    ref = AdamODEReference(gamma1=2.0, gamma2=0.5)
+    errors, order = errors_and_order(setup, opt, ref, 2.0)
+    assert np.all(np.diff(errors) < 0)
+    assert 0.85 <= order <= 1.15
+
+
+def test_beta_scaling_is_checked():
+    assert MomentumODEReference(gamma=2.0).hyperparams(0.1) == pytest.approx(
+        {"learning_rate": 0.1 * 0.2, "momentum": 0.8}
+    )
+    with pytest.raises(ValueError, match="γη < 1"):
+        MomentumODEReference(gamma=20.0).hyperparams(0.1)
+    hp = AdamODEReference(gamma1=2.0, gamma2=0.5).hyperparams(0.1)
+    assert hp["b1"] == pytest.approx(0.8) and hp["b2"] == pytest.approx(0.95)
