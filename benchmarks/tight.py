@@ -1,8 +1,8 @@
-"""The default solver at tighter tolerances on the default flow to t = 3000.
+"""StiffSwitch at tighter tolerances on the default flow to t = 3000.
 
 Counts gradient evaluations and the final-parameter error against the cached Dopri8
-reference (run ``--only stiff`` first), to find the tolerance at which the default
-solver matches Tsit5 + PID at rtol 1e-6 in accuracy. Gradient-evaluation counts do
+reference (run ``--only stiff`` first), to find the tolerance at which StiffSwitch
+matches Tsit5 + PID at rtol 1e-6 in accuracy. Gradient-evaluation counts do
 not depend on machine load. Writes results/stiff_tight.json.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from gflow import solve_flow
+from gflow.solvers import StiffSwitch
 
 from .common import default_problem, flat, save, timed
 from .stiff import reference
@@ -23,7 +24,13 @@ def run(*, t1: float = 3000.0, rtols=(1e-7, 1e-8)) -> dict:
     for rtol in rtols:
         tr, wall = timed(
             lambda rtol=rtol: solve_flow(
-                loss, model, t1=t1, rtol=rtol, atol=rtol * 1e-2, progress=False
+                loss,
+                model,
+                t1=t1,
+                solver=StiffSwitch(),
+                rtol=rtol,
+                atol=rtol * 1e-2,
+                progress=False,
             )
         )
         err = float(np.linalg.norm(flat(tr.final) - x_ref) / np.linalg.norm(x_ref))

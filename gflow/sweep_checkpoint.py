@@ -28,6 +28,7 @@ from .sweep import SweepRun, run_sweep
 log = logging.getLogger(__name__)
 
 _FIELDS = ("lrs", "t", "steps", "loss", "diverged_step")
+_OPTIONAL = ("first_rise_step", "rises")  # None in runs that did not record them
 _PARAM = "param:"
 
 
@@ -37,6 +38,13 @@ def chunk_path(checkpoint_dir, i: int) -> Path:
 
 def _write_chunk(path: Path, run: SweepRun, fingerprint: str) -> None:
     columns = {f: np.asarray(getattr(run, f)) for f in _FIELDS}
+    columns.update(
+        {
+            f: np.asarray(getattr(run, f))
+            for f in _OPTIONAL
+            if getattr(run, f) is not None
+        }
+    )
     leaves = jax.tree.leaves(eqx.filter(run.params, eqx.is_inexact_array))
     columns.update({f"{_PARAM}{i}": np.asarray(x) for i, x in enumerate(leaves)})
     buf = _io.BytesIO()
@@ -64,6 +72,7 @@ def _read_chunk(path: Path, model, fingerprint: str | None, lrs=None) -> SweepRu
     leaves = [columns[f"{_PARAM}{i}"] for i in range(treedef.num_leaves)]
     return SweepRun(
         **{f: columns[f] for f in _FIELDS},
+        **{f: columns.get(f) for f in _OPTIONAL},
         params=eqx.combine(jax.tree.unflatten(treedef, leaves), static),
     )
 
@@ -86,8 +95,13 @@ def concatenate(runs: list[SweepRun], info: dict) -> SweepRun:
     def cat(*xs):
         return np.concatenate(xs) if eqx.is_array(xs[0]) else xs[0]
 
+    optional = {}
+    for f in _OPTIONAL:
+        parts = [getattr(r, f) for r in runs]
+        optional[f] = None if any(p is None for p in parts) else np.concatenate(parts)
     return SweepRun(
         **{f: np.concatenate([getattr(r, f) for r in runs]) for f in _FIELDS},
+        **optional,
         params=jax.tree.map(cat, *[r.params for r in runs]),
         info=info,
     )
@@ -97,6 +111,10 @@ def _slice(run: SweepRun, n: int) -> SweepRun:
     """The first ``n`` members of ``run`` (drops the padding)."""
     return SweepRun(
         **{f: getattr(run, f)[:n] for f in _FIELDS},
+        **{
+            f: None if getattr(run, f) is None else getattr(run, f)[:n]
+            for f in _OPTIONAL
+        },
         params=jax.tree.map(lambda x: x[:n] if eqx.is_array(x) else x, run.params),
         info=run.info,
     )

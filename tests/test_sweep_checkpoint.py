@@ -16,7 +16,16 @@ def sgd_setup(setup):
 
 
 def _fields(run):
-    return (run.lrs, run.t, run.steps, run.loss, run.diverged_step, run.params.W_E)
+    return (
+        run.lrs,
+        run.t,
+        run.steps,
+        run.loss,
+        run.diverged_step,
+        run.first_rise_step,
+        run.rises,
+        run.params.W_E,
+    )
 
 
 def test_chunked_sweep_equals_one_program(sgd_setup, tmp_path):

@@ -120,10 +120,11 @@ def run(args) -> int:
     run_dir = write_sweep_run(out, cfg, result)
     for r in result["members"]:
         err = "-" if r["error"] is None else f"{r['error']:.4g}"
-        dep = r["departure_time"]
+        dep, rise = r["departure_time"], r.get("first_rise_time")
         print(
             f"  η={r['lr']:<8g} {r['status']:<9} error={err:<10} "
-            f"departure={'-' if dep is None else f'{dep:g}'}"
+            f"departure={'-' if dep is None else f'{dep:g}':<8} "
+            f"first loss rise={'-' if rise is None else f'{rise:g}'}"
         )
     resumed = result["run"].info.get("resumed_chunks", 0)
     print(
