@@ -26,6 +26,7 @@ SECTIONS = (
     "seqloss",
     "precision",
     "trace",
+    "scale",
 )
 
 
@@ -37,7 +38,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     q = args.quick
     from . import compile as compile_bench
-    from . import overhead, scipy_cmp, seqloss, stiff, sweep, work_precision
+    from . import (
+        error_scale,
+        overhead,
+        scipy_cmp,
+        seqloss,
+        stiff,
+        sweep,
+        work_precision,
+    )
 
     runs = {
         "stiff": lambda: stiff.run(t1=3000.0, repeats=1 if q else 3),
@@ -53,6 +62,7 @@ def main(argv=None) -> int:
         ),
         "seqloss": lambda: seqloss.run(repeats=10 if q else 50),
         "precision": lambda: work_precision.run(t1=150.0 if q else 400.0, quick=q),
+        "scale": lambda: error_scale.run(),
         "trace": lambda: work_precision.stiffness_trace(
             t1=1500.0 if q else 3000.0, n=16 if q else 61
         ),

@@ -62,6 +62,20 @@ def rows() -> list[tuple[str, str, str, str]]:
                     _mark(ok),
                 )
             )
+    if (r := _load("error_scale")) and (base := _load("stiff")):
+        b = base["solvers"]["tsit5"]
+        for scale, row in r["rows"].items():
+            out.append(
+                (
+                    f"default flow to t={r['t1']:g}, rtol {r['rtol']:g}: StiffSwitch "
+                    f"with stiff_error_scale={scale} (separate process)",
+                    f"rel. error {row['rel_error_final']:.1e} vs Tsit5's "
+                    f"{b['rel_error_final']:.1e}; {row['grad_evals']} grad evals; "
+                    f"{row['wall_s']:.1f} s warm",
+                    "error ≤ Tsit5's",
+                    _mark(row["rel_error_final"] <= b["rel_error_final"]),
+                )
+            )
     for t1 in (400, 3000):
         if r := _load(f"scipy_t{t1}"):
             g = r["solvers"]["gflow"]
