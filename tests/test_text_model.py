@@ -154,6 +154,10 @@ def test_counts_form_equals_sequence_loss_and_scatter_attention(model, windows):
             np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)
     ref = sequence_loss(model, windows, dense=False)
     np.testing.assert_allclose(TextLoss(windows, d_vocab=D)(model), ref, rtol=1e-12)
+    # The counts form is chosen where it is cheaper (d <= 8 s), or when forced.
+    assert TextLoss(windows, d_vocab=D).log_counts is not None
+    assert TextLoss(windows, d_vocab=8 * S + 1).log_counts is None
+    assert TextLoss(windows, d_vocab=8 * S + 1, counts=True).log_counts is not None
     fast = TextObservables(windows, [1, 2], [0, 1], d_vocab=D)
     slow = TextObservables(windows, [1, 2], [0, 1])
     f, s = eqx.filter_jit(fast)(model), eqx.filter_jit(slow)(model)

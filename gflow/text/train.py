@@ -17,14 +17,16 @@ from ..model import AttentionModel
 from ..observables import evaluate_metrics
 from ..trajectory import Trajectory
 from .counts import batch_log_counts, counts_loss
-from .positional import text_loss
+from .positional import COUNTS_MAX_RATIO, text_loss
 from .windows import WindowStream
 
 
 def batch_loss(model, windows: jax.Array) -> jax.Array:
     """The last-token loss of a batch: the counts form for an ``AttentionModel``
-    (dense products, no scatter in the gradient), else ``text_loss``."""
-    if isinstance(model, AttentionModel):
+    where it is the cheaper form (d <= ``COUNTS_MAX_RATIO``·s, as ``TextLoss``),
+    else ``text_loss``."""
+    s = windows.shape[1] - 1
+    if isinstance(model, AttentionModel) and model.d_vocab <= COUNTS_MAX_RATIO * s:
         lc = batch_log_counts(windows, model.d_vocab, model.W_E.dtype)
         return counts_loss(model, lc, windows)
     return text_loss(model, windows)
