@@ -30,8 +30,10 @@ def plot_attention_rows(run_dir, name: str, *, num_keys: int = 20) -> Path:
         t, rows, queries = f["t"], f["rows"], f["queries"]
     n_q = len(queries)
     fig, axes = plt.subplots(
-        n_q, 1, figsize=(9, 2.6 * max(n_q, 1)), sharex=True, squeeze=False
+        max(n_q, 1), 1, figsize=(9, 2.6 * max(n_q, 1)), sharex=True, squeeze=False
     )
+    if n_q == 0:  # no query ends enough windows: say so instead of failing
+        axes[0, 0].text(0.5, 0.5, "no tracked queries (use --track)", ha="center")
     for ax, (j, q) in zip(axes[:, 0], enumerate(queries)):
         keys = list(range(min(num_keys, len(vocab))))
         if q not in keys:
@@ -109,7 +111,8 @@ def plot_text_summary(run_dir, names) -> Path:
                     label="all windows",
                 )
             ax.set_ylabel(ylabel, fontsize=8)
-            ax.legend(fontsize=7, loc="best")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7, loc="best")
         ax = axes[3, c]
         sv = m["sv_W_E"]
         for i in range(sv.shape[1]):
