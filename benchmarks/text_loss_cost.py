@@ -7,7 +7,8 @@ per position; the counts form (``gflow.text.counts``) is a softmax over types we
 by their window counts, dense products only.
 
 Command:  PYTHONPATH=$PWD python benchmarks/text_loss_cost.py [--quick]
-Runtime:  ~10-20 min on 2 busy cores (--quick: n = 512 windows, ~5-10 min).
+Runtime:  --quick (n = 256 windows, 2 repeats): ~5 min on 2 shared cores;
+          full (n = 1024, 5 repeats): ~10 min.
 Writes:   benchmarks/results/text_loss_cost.json and text_loss_cost.png.
 
 Each (d, form) is compiled once before timing; compile and run are timed separately;
@@ -77,9 +78,9 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = p.parse_args()
-    vocab = (200, 1000, 2000) if args.quick else (200, 500, 1000, 2000)
+    vocab = (200, 500, 1000, 2000)
     m, s = 64, 32
-    n, reps = (512, 2) if args.quick else (2048, 5)
+    n, reps = (256, 2) if args.quick else (1024, 5)
     rng = np.random.default_rng(0)
     records = []
     for d in vocab:
@@ -101,7 +102,7 @@ def main():
             )
         for f, r in res.items():
             rec[f] = {k: v for k, v in r.items() if k != "value"}
-        print(json.dumps(rec))
+        print(json.dumps(rec), flush=True)
         records.append(rec)
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {

@@ -9,7 +9,7 @@ Command (one corpus per process; the two can run side by side):
     PYTHONPATH=$PWD python experiments/natural_text.py run --corpus tinystories
     PYTHONPATH=$PWD python experiments/natural_text.py run --corpus wikitext
     PYTHONPATH=$PWD python experiments/natural_text.py report
-Runtime: ~10-20 min per corpus on 2 busy cores (float32).
+Runtime: ~2 min per corpus on 2 shared cores at load 4-5 (float32).
 Writes: experiments/results/natural_text/<corpus>/ (a ``gflow text`` run directory:
 config, metrics, attention rows, heat maps) and, from ``report``, summary.json with
 the per-query pattern numbers, printed as a table.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .io import load_trajectory, read_json
+from .io import read_json
 from .plotting import plt, save_figure
 
 
@@ -30,8 +30,10 @@ def plot_attention_rows(run_dir, name: str, *, num_keys: int = 20) -> Path:
         t, rows, queries = f["t"], f["rows"], f["queries"]
     n_q = len(queries)
     fig, axes = plt.subplots(
-        n_q, 1, figsize=(9, 2.6 * max(n_q, 1)), sharex=True, squeeze=False
+        max(n_q, 1), 1, figsize=(9, 2.6 * max(n_q, 1)), sharex=True, squeeze=False
     )
+    if n_q == 0:  # no query ends enough windows: say so instead of failing
+        axes[0, 0].text(0.5, 0.5, "no tracked queries (use --track)", ha="center")
     for ax, (j, q) in zip(axes[:, 0], enumerate(queries)):
         keys = list(range(min(num_keys, len(vocab))))
         if q not in keys:
@@ -60,6 +62,14 @@ def plot_attention_rows(run_dir, name: str, *, num_keys: int = 20) -> Path:
     return path
 
 
+def _metrics(run_dir: Path, name: str):
+    """(t, metrics, status) of a saved run: the arrays only, no model rebuilt (what
+    ``load_trajectory`` would add costs JAX compilations)."""
+    with np.load(run_dir / f"{name}_metrics.npz") as f:
+        m = {k: f[k] for k in f.files}
+    return m.pop("t"), m, read_json(run_dir / f"{name}.json")["status"]
+
+
 def plot_text_summary(run_dir, names) -> Path:
     """Loss, each query's attention entropy, mass on the top type and on itself, and
     σ(W_E), one column per run."""
@@ -71,11 +81,10 @@ def plot_text_summary(run_dir, names) -> Path:
         4, len(names), figsize=(6 * len(names), 10), sharex="col", squeeze=False
     )
     for c, name in enumerate(names):
-        traj = load_trajectory(run_dir, name=name)
-        t, m = traj.t, traj.metrics
+        t, m, status = _metrics(run_dir, name)
         ax = axes[0, c]
         ax.plot(t, m["loss"], color="k")
-        ax.set_title(f"{name} — {traj.status}")
+        ax.set_title(f"{name} — {status}")
         ax.set_ylabel("loss (nats)")
         for row, key, ylabel in (
             (1, "query_entropy", "attention entropy H(A_q)"),
@@ -102,7 +111,8 @@ def plot_text_summary(run_dir, names) -> Path:
                     label="all windows",
                 )
             ax.set_ylabel(ylabel, fontsize=8)
-            ax.legend(fontsize=7, loc="best")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7, loc="best")
         ax = axes[3, c]
         sv = m["sv_W_E"]
         for i in range(sv.shape[1]):

@@ -57,6 +57,27 @@ def test_text_command_writes_run_directory(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # three compilations of other loops: ~3.5 min on 2 busy cores
+def test_text_command_other_paths_and_no_queries(tmp_path):
+    """The flow method, minibatch Adam and the positional model run end to end;
+    a run with no tracked query still writes its figures."""
+    corpus = _story(tmp_path / "story.txt")
+    base = ["--quiet", "text", "--corpus", str(corpus), "--vocab-size", "8",
+            "--context", "6", "--windows", "64", "--num-saves", "4", "--steps", "8",
+            "--adam-steps", "4", "--num-queries", "0"]  # fmt: skip
+    for i, extra in enumerate(
+        (["--method", "flow", "--track", "cat"], ["--adam-batch", "16"],
+         ["--positional", "--track", "cat"])
+    ):  # fmt: skip
+        out = tmp_path / f"run{i}"
+        assert main([*base, *extra, "--out", str(out)]) == 0, extra
+        name = "flow" if "flow" in extra else "gd"
+        traj = load_trajectory(out, name=name)
+        assert np.all(np.isfinite(traj.metrics["loss"]))
+        assert (out / f"attention_rows_{name}.png").stat().st_size > 0
+        assert (out / "attention_rows_adam.png").stat().st_size > 0
+
+
 def test_text_command_errors_are_one_line(tmp_path, capsys):
     corpus = _story(tmp_path / "story.txt")
     args = ["text", "--corpus", str(corpus), "--vocab-size", "8", "--context", "6"]

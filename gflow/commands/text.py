@@ -122,16 +122,23 @@ def run(args) -> int:
             f"(unknown {data.vocab.frequencies[data.vocab.unk_id]:.1%}); "
             f"tracking {names}"
         )
+    wall = {"prepare": time.perf_counter() - start}
     runs = run_text(cfg, data)
+    wall["runs"] = time.perf_counter() - start - sum(wall.values())
     out = write_text_run(args.out or default_out("text"), cfg, data, runs)
+    wall["save"] = time.perf_counter() - start - sum(wall.values())
     for name in runs:
         plot_attention_rows(out, name)
     plot_text_summary(out, list(runs))
+    wall["figures"] = time.perf_counter() - start - sum(wall.values())
     for name, traj in runs.items():
+        st = traj.stats
         print(
             f"{name} {traj.status}: t={traj.t[-1]:g}, "
             f"loss {traj.metrics['loss'][0]:.4f} -> {traj.metrics['loss'][-1]:.4f}, "
-            f"{traj.stats['wall_s']:.1f} s"
+            f"{st['wall_s']:.1f} s (loop {st['loop_s']:.1f} s, "
+            f"observables {st['observe_s']:.1f} s)"
         )
-    print(f"wrote {out} in {time.perf_counter() - start:.1f} s")
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in wall.items())
+    print(f"wrote {out} in {sum(wall.values()):.1f} s ({parts})")
     return 0 if all(t.status == "success" for t in runs.values()) else 1

@@ -2,9 +2,11 @@
 attention-row observables of query tokens."""
 
 from .corpus import HUB_CORPORA, load_corpus
+from .fullbatch import run_full_batch
 from .observables import (
     TextObservables,
     default_queries,
+    observe_snapshots,
     query_rows,
     type_attention,
     window_attention,
@@ -27,7 +29,9 @@ __all__ = [
     "default_queries",
     "fixed_sample",
     "load_corpus",
+    "observe_snapshots",
     "query_rows",
+    "run_full_batch",
     "text_loss",
     "type_attention",
     "window_attention",

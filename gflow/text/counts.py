@@ -32,6 +32,15 @@ def window_log_counts(windows, d: int) -> np.ndarray:
         return np.where(counts > 0, np.log(counts), _LOG_ZERO)
 
 
+def batch_log_counts(windows: Int[Array, "n s1"], d: int, dtype=None) -> Array:
+    """``window_log_counts`` in jnp, for batches drawn inside jit (float [n, d])."""
+    ctx = windows[:, :-1]
+    n = ctx.shape[0]
+    zeros = jnp.zeros((n, d), dtype or jnp.result_type(float))
+    counts = zeros.at[jnp.arange(n)[:, None], ctx].add(1.0)
+    return jnp.where(counts > 0, jnp.log(jnp.maximum(counts, 1.0)), _LOG_ZERO)
+
+
 def type_attention_counts(model, log_counts, last) -> Float[Array, "n d"]:
     """a_nk: the last position's attention mass on each type (sums to 1 over k)."""
     q = model.W_E[last] @ model.W_A  # [n, m]

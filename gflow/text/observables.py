@@ -1,4 +1,8 @@
-"""Text observables: the attention rows of chosen query tokens, computed inside jit.
+"""Text observables: the attention rows of chosen query tokens.
+
+They can run inside a jitted training loop (``observables=`` of ``run_optimizer``) or,
+cheaper to compile, afterwards on the saved parameter snapshots
+(``observe_snapshots``): the loop then only holds the loss gradient.
 
 Definition (the text analogue of the population attention a_ik of MODEL.md §4). For a
 window n of the fixed sample let a_n be the last position's attention over its s
@@ -13,6 +17,8 @@ paper plots for a query token. Queries with no window in the sample get NaN.
 """
 
 from __future__ import annotations
+
+import operator
 
 import equinox as eqx
 import jax
@@ -105,6 +111,36 @@ class TextObservables(eqx.Module):
             "sv_W_P": singular_values(base.W_P)[:k],
             "sv_W_A": singular_values(base.W_A)[:k],
         }
+
+
+@eqx.filter_jit
+def _observe_one(observables, params, static):
+    return observables(eqx.combine(params, static))
+
+
+def observe_snapshots(observables, snapshots) -> dict:
+    """``observables`` at every saved time of a time-stacked model (outside the loop).
+
+    One compiled evaluation of the unbatched observables, called once per snapshot
+    (snapshots sliced in NumPy): this compiles several times faster than a vmapped
+    or ``lax.map``-ped version, and compilation is what costs on a busy machine.
+
+    Args:
+        observables: ``fn(model) -> dict`` (e.g. ``TextObservables``).
+        snapshots: a model whose array leaves carry a leading time axis [n_t, ...]
+            (``Trajectory.params`` of a run that saved its parameters).
+
+    Returns:
+        dict name -> numpy array [n_t, ...].
+    """
+    params, static = eqx.partition(snapshots, eqx.is_inexact_array)
+    params = jax.tree.map(np.asarray, params)
+    n_t = jax.tree.leaves(params)[0].shape[0]
+    outs = [
+        _observe_one(observables, jax.tree.map(operator.itemgetter(i), params), static)
+        for i in range(n_t)
+    ]
+    return {k: np.stack([np.asarray(o[k]) for o in outs]) for k in outs[0]}
 
 
 def default_queries(vocab, windows, *, num: int = 4, min_windows: int = 8) -> list[int]:

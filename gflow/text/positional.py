@@ -109,13 +109,20 @@ def text_loss(
     return jnp.mean(_cross_entropy(jax.vmap(model)(context), tokens[:, -1]))
 
 
+#: The counts form costs O(n·d·m), the gathered form O(n·s·m) plus a scatter of
+#: n·s rows: measured (benchmarks/text_loss_cost.py, m = 64, s = 32) the counts form
+#: is faster at d = 200 and slower from d = 500 on, hence the crossover d <= 8 s.
+COUNTS_MAX_RATIO = 8
+
+
 class TextLoss(eqx.Module):
     """``loss_fn(model)`` over a fixed batch of windows (the full-batch flow/GD);
     works for both model classes. Its arrays are traced.
 
     Given ``d_vocab``, the last-token loss of an ``AttentionModel`` is computed in the
-    counts form (``gflow.text.counts``; same value, dense products only, several
-    times faster at text vocabularies); otherwise ``text_loss``.
+    counts form (``gflow.text.counts``; same value and gradient, dense products
+    only) where that is the cheaper form, d <= ``COUNTS_MAX_RATIO``·s (``counts=``
+    True/False forces it); otherwise ``text_loss``.
     """
 
     tokens: Array
@@ -123,9 +130,16 @@ class TextLoss(eqx.Module):
     all_positions: bool = eqx.field(static=True, default=False)
     dense: bool | None = eqx.field(static=True, default=None)
 
-    def __init__(self, tokens, *, d_vocab=None, all_positions=False, dense=None):
+    def __init__(
+        self, tokens, *, d_vocab=None, all_positions=False, dense=None, counts=None
+    ):
         self.tokens = jnp.asarray(tokens)
-        use_counts = d_vocab is not None and not all_positions and dense is None
+        s = self.tokens.shape[1] - 1
+        if counts is None:
+            counts = d_vocab is not None and d_vocab <= COUNTS_MAX_RATIO * s
+        if counts and d_vocab is None:
+            raise ValueError("counts=True needs d_vocab (the vocabulary size)")
+        use_counts = counts and not all_positions and dense is None
         self.log_counts = (
             jnp.asarray(window_log_counts(tokens, d_vocab)) if use_counts else None
         )

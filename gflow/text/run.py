@@ -4,10 +4,12 @@ Adam from the same init, saved as a run directory."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io as _io
 import time
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import numpy as np
 import optax
@@ -15,10 +17,10 @@ import optax
 from ..flow import solve_flow
 from ..io import atomic_write_bytes, save_trajectory, write_json
 from ..model import AttentionModel
-from ..optim import run_optimizer
 from ..trajectory import Trajectory
 from .corpus import load_corpus
-from .observables import TextObservables, default_queries
+from .fullbatch import run_full_batch
+from .observables import TextObservables, default_queries, observe_snapshots
 from .positional import PositionalAttentionModel, TextLoss
 from .tokenize import TOKENIZERS, Vocabulary
 from .train import run_minibatch
@@ -44,13 +46,13 @@ class TextConfig:
     max_chars: int | None = None
     download: bool = False
     context: int = 32
-    windows: int = 1024
+    windows: int = 512
     d_model: int = 32
     init_scale: float = 1e-3
     seed: int = 0
     method: str = "gd"
     lr: float = 0.25
-    steps: int = 3000
+    steps: int = 4000
     rtol: float = 1e-5
     atol: float = 1e-7
     adam_lr: float = 2e-3
@@ -115,34 +117,63 @@ def prepare(cfg: TextConfig) -> TextData:
 
 
 def init_model(cfg: TextConfig, d: int):
-    key = jax.random.key(cfg.seed)
+    """The run's initial model. The draw runs as one jitted program: eagerly each
+    of its random normals would be compiled on its own (seconds each when busy)."""
     dtype = np.float64 if cfg.x64 else np.float32
     kwargs = dict(d_vocab=d, d_model=cfg.d_model, init_scale=cfg.init_scale)
     if cfg.positional:
-        return PositionalAttentionModel.init(
-            context_length=cfg.context, key=key, dtype=dtype, **kwargs
+        init = functools.partial(
+            PositionalAttentionModel.init, context_length=cfg.context, **kwargs
         )
-    return AttentionModel.init(key=key, dtype=dtype, **kwargs)
+    else:
+        init = functools.partial(AttentionModel.init, **kwargs)
+    return eqx.filter_jit(lambda key: init(key=key, dtype=dtype))(
+        jax.random.key(cfg.seed)
+    )
+
+
+def _observed(traj: Trajectory, obs, loop_s: float) -> Trajectory:
+    """``traj`` with the text observables computed from its parameter snapshots
+    (NaN after a divergence, like its other metrics); the snapshots are dropped.
+    Records the loop's and the observables' wall time (compilation included)."""
+    start = time.perf_counter()
+    extra = observe_snapshots(obs, traj.params)
+    bad = ~np.isfinite(traj.metrics["loss"])
+    for k, v in extra.items():
+        v = v.astype(np.result_type(v.dtype, np.float32))
+        v[bad] = np.nan
+        extra[k] = v
+    wall = {"loop_s": loop_s, "observe_s": time.perf_counter() - start}
+    return dataclasses.replace(
+        traj,
+        metrics={**traj.metrics, **extra},
+        params=None,
+        stats={**traj.stats, **wall, "wall_s": sum(wall.values())},
+    )
 
 
 def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
-    """The deterministic run (``cfg.method``) and Adam, from the same init."""
+    """The deterministic run (``cfg.method``) and Adam, from the same init.
+
+    The loops save parameter snapshots only; the text observables are computed from
+    them afterwards (``observe_snapshots``), so the compiled loops hold nothing but
+    the loss gradient. Full-batch GD and Adam share one compiled loop
+    (``run_full_batch``: method, step size and steps are traced).
+    """
     model = init_model(cfg, len(data.vocab))
     d = len(data.vocab)
     loss = TextLoss(data.sample, d_vocab=d, all_positions=cfg.all_positions)
     obs = TextObservables(data.sample, list(data.queries), list(data.top), d_vocab=d)
-    runs, timing = {}, {}
+    runs = {}
     start = time.perf_counter()
     if cfg.method == "gd":
-        every = max(1, cfg.steps // cfg.num_saves)
-        runs["gd"] = run_optimizer(
+        runs["gd"] = run_full_batch(
             loss,
             model,
-            optax.sgd(cfg.lr),
-            steps=cfg.steps,
-            save_every=every,
+            method="gd",
             learning_rate=cfg.lr,
-            observables=obs,
+            steps=cfg.steps,
+            num_saves=cfg.num_saves,
         )
     else:
         t1 = cfg.steps * cfg.lr
@@ -153,16 +184,15 @@ def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
             ts=np.linspace(0.0, t1, cfg.num_saves + 1),
             rtol=cfg.rtol,
             atol=cfg.atol,
-            observables=obs,
+            save_params=True,
             progress=False,
         )
-    timing[cfg.method] = time.perf_counter() - start
+    runs[cfg.method] = _observed(runs[cfg.method], obs, time.perf_counter() - start)
     if cfg.adam_steps:
         start = time.perf_counter()
-        every = max(1, cfg.adam_steps // cfg.num_saves)
         if cfg.adam_batch:
             stream = WindowStream(data.ids, length=cfg.context, batch=cfg.adam_batch)
-            runs["adam"] = run_minibatch(
+            traj = run_minibatch(
                 loss,
                 model,
                 optax.adam(cfg.adam_lr),
@@ -170,24 +200,19 @@ def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
                 steps=cfg.adam_steps,
                 learning_rate=cfg.adam_lr,
                 key=jax.random.key(cfg.seed + 1),
-                save_every=every,
-                observables=obs,
+                save_every=max(1, cfg.adam_steps // cfg.num_saves),
+                save_params=True,
             )
         else:
-            runs["adam"] = run_optimizer(
+            traj = run_full_batch(
                 loss,
                 model,
-                optax.adam(cfg.adam_lr),
-                steps=cfg.adam_steps,
-                save_every=every,
+                method="adam",
                 learning_rate=cfg.adam_lr,
-                observables=obs,
+                steps=cfg.adam_steps,
+                num_saves=cfg.num_saves,
             )
-        timing["adam"] = time.perf_counter() - start
-    for name, traj in runs.items():
-        runs[name] = dataclasses.replace(
-            traj, stats={**traj.stats, "wall_s": timing[name]}
-        )
+        runs["adam"] = _observed(traj, obs, time.perf_counter() - start)
     return runs
 
 
