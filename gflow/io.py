@@ -95,14 +95,19 @@ def _model_config(model) -> dict:
 
 
 def _template(cfg: dict) -> AttentionModel:
-    return AttentionModel.init(
-        d_vocab=cfg["d_vocab"],
-        d_model=cfg["d_model"],
-        key=jax.random.key(0),
-        tau=cfg["tau"],
-        factorised=cfg["factorised"],
-        residual=cfg["residual"],
-        dtype=np.dtype(cfg["dtype"]),
+    """An AttentionModel of the saved shapes, with ShapeDtypeStruct leaves: no random
+    draws run (they would compile), Equinox deserialises into it all the same."""
+    return eqx.filter_eval_shape(
+        lambda key: AttentionModel.init(
+            d_vocab=cfg["d_vocab"],
+            d_model=cfg["d_model"],
+            key=key,
+            tau=cfg["tau"],
+            factorised=cfg["factorised"],
+            residual=cfg["residual"],
+            dtype=np.dtype(cfg["dtype"]),
+        ),
+        jax.random.key(0),
     )
 
 
