@@ -27,6 +27,7 @@ SECTIONS = (
     "precision",
     "trace",
     "scale",
+    "scipy_stiff",
 )
 
 
@@ -37,6 +38,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-table", action="store_true", help="do not touch BENCHMARKS.md")
     args = p.parse_args(argv)
     q = args.quick
+    from gflow.solvers import StiffSwitch
+
     from . import compile as compile_bench
     from . import (
         error_scale,
@@ -63,6 +66,10 @@ def main(argv=None) -> int:
         "seqloss": lambda: seqloss.run(repeats=10 if q else 50),
         "precision": lambda: work_precision.run(t1=150.0 if q else 400.0, quick=q),
         "scale": lambda: error_scale.run(),
+        # the stiff horizon: scipy's explicit method against StiffSwitch
+        "scipy_stiff": lambda: scipy_cmp.run(
+            t1=3000.0, methods=("DOP853",), repeats=1, solver=StiffSwitch()
+        ),
         "trace": lambda: work_precision.stiffness_trace(
             t1=1500.0 if q else 3000.0, n=16 if q else 61
         ),

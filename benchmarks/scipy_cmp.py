@@ -27,7 +27,9 @@ def run(
     rtol: float = 1e-6,
     methods=("DOP853", "RK45", "LSODA"),
     repeats: int = 2,
+    solver=None,
 ) -> dict:
+    """``solver``: gflow's solver (default: ``solve_flow``'s, Tsit5)."""
     loss, model = default_problem()
     x0, unravel = flatten(model)
     x_ref = reference(loss, model, t1)
@@ -69,7 +71,13 @@ def run(
 
     def solve():
         return solve_flow(
-            loss, model, t1=t1, rtol=rtol, atol=rtol * 1e-2, progress=False
+            loss,
+            model,
+            t1=t1,
+            solver=solver,
+            rtol=rtol,
+            atol=rtol * 1e-2,
+            progress=False,
         )
 
     timed(solve)
