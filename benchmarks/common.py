@@ -40,6 +40,26 @@ def flat(model) -> np.ndarray:
     return np.asarray(flatten(model)[0])
 
 
+def solve_to(loss, model, *, t1: float, solver, rtol: float):
+    """``solve_flow`` as every benchmark calls it: atol = rtol/100, no progress bar."""
+    from gflow import solve_flow
+
+    return solve_flow(
+        loss,
+        model,
+        t1=t1,
+        solver=solver,
+        rtol=rtol,
+        atol=rtol * 1e-2,
+        progress=False,
+    )
+
+
+def rel_error(model, x_ref) -> float:
+    """Relative distance of ``model``'s flattened parameters to ``x_ref``."""
+    return float(np.linalg.norm(flat(model) - x_ref) / np.linalg.norm(x_ref))
+
+
 def machine() -> dict:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {

@@ -7,12 +7,9 @@ default of 100. Writes results/error_scale.json.
 
 from __future__ import annotations
 
-import numpy as np
-
-from gflow import solve_flow
 from gflow.solvers import StiffSwitch
 
-from .common import default_problem, flat, save, timed
+from .common import default_problem, rel_error, save, solve_to, timed
 from .stiff import reference
 
 
@@ -24,19 +21,11 @@ def run(*, t1: float = 3000.0, rtol: float = 1e-6, scales=(1.0, 30.0, 100.0)) ->
         solver = StiffSwitch(stiff_error_scale=scale)
 
         def solve(solver=solver, t1=t1):
-            return solve_flow(
-                loss,
-                model,
-                t1=t1,
-                solver=solver,
-                rtol=rtol,
-                atol=rtol * 1e-2,
-                progress=False,
-            )
+            return solve_to(loss, model, t1=t1, solver=solver, rtol=rtol)
 
         timed(lambda solve=solve: solve(t1=1.0))  # compile
         tr, wall = timed(solve)
-        err = float(np.linalg.norm(flat(tr.final) - x_ref) / np.linalg.norm(x_ref))
+        err = rel_error(tr.final, x_ref)
         rows[f"{scale:g}"] = {
             "status": tr.status,
             "wall_s": wall,

@@ -14,10 +14,9 @@ import jax
 import numpy as np
 import scipy.integrate
 
-from gflow import solve_flow
 from gflow.hessian import dense_hessian, flatten
 
-from .common import default_problem, flat, save, timed
+from .common import default_problem, rel_error, save, solve_to, timed
 from .stiff import reference
 
 
@@ -70,19 +69,11 @@ def run(
         print(f"  scipy {method}: {rows[method]}", flush=True)
 
     def solve():
-        return solve_flow(
-            loss,
-            model,
-            t1=t1,
-            solver=solver,
-            rtol=rtol,
-            atol=rtol * 1e-2,
-            progress=False,
-        )
+        return solve_to(loss, model, t1=t1, solver=solver, rtol=rtol)
 
     timed(solve)
     tr, wall = timed(solve, repeats=repeats)
-    err = float(np.linalg.norm(flat(tr.final) - x_ref) / np.linalg.norm(x_ref))
+    err = rel_error(tr.final, x_ref)
     rows["gflow"] = {
         "wall_s": wall,
         "grad_evals": tr.stats["grad_evals"],

@@ -14,7 +14,7 @@ import numpy as np
 from gflow import solve_flow
 from gflow.solvers import RKC2, StiffSwitch
 
-from .common import RESULTS, default_problem, flat, save, timed
+from .common import RESULTS, default_problem, flat, rel_error, save, solve_to, timed
 
 
 def reference(loss, model, t1: float) -> np.ndarray:
@@ -49,21 +49,13 @@ def run(*, t1: float = 3000.0, rtol: float = 1e-6, repeats: int = 2) -> dict:
     ]:
 
         def solve(solver=solver, t1=t1):
-            return solve_flow(
-                loss,
-                model,
-                t1=t1,
-                solver=solver,
-                rtol=rtol,
-                atol=rtol * 1e-2,
-                progress=False,
-            )
+            return solve_to(loss, model, t1=t1, solver=solver, rtol=rtol)
 
         # t1 and ts are traced: a short solve compiles the same program
         _, first = timed(lambda solve=solve: solve(t1=1.0))
         tr, wall = timed(solve, repeats=repeats)
         _, short = timed(lambda solve=solve: solve(t1=1.0))
-        err = float(np.linalg.norm(flat(tr.final) - x_ref) / np.linalg.norm(x_ref))
+        err = rel_error(tr.final, x_ref)
         rows[name] = {
             "status": tr.status,
             "wall_s": wall,
