@@ -46,22 +46,6 @@ def rows() -> list[tuple[str, str, str, str]]:
                     verdict,
                 )
             )
-    if (r := _load("stiff_tight")) and (base := _load("stiff")):
-        b = base["solvers"]["tsit5"]
-        for rtol, row in r["rows"].items():
-            ok = row["rel_error_final"] <= b["rel_error_final"]
-            out.append(
-                (
-                    f"default flow to t={r['t1']:g}: {r['solver']} at rtol {rtol} vs "
-                    f"Tsit5+PID at rtol {base['rtol']:g}, gradient evaluations "
-                    "(separate process: counts, not wall time)",
-                    f"{b['grad_evals'] / row['grad_evals']:.1f}× fewer grad evals "
-                    f"({row['grad_evals']} vs {b['grad_evals']}); rel. error "
-                    f"{row['rel_error_final']:.1e} vs {b['rel_error_final']:.1e}",
-                    "error ≤ Tsit5's",
-                    _mark(ok),
-                )
-            )
     if (r := _load("error_scale")) and (base := _load("stiff")):
         b = base["solvers"]["tsit5"]
         for scale, row in r["rows"].items():
