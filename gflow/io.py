@@ -111,6 +111,23 @@ def _template(cfg: dict) -> AttentionModel:
     )
 
 
+_PARAM = "param:"  # prefix of the parameter-snapshot columns in a checkpoint
+
+
+def param_columns(params) -> dict[str, np.ndarray]:
+    """The array leaves of a time-stacked model as named columns."""
+    leaves = jax.tree.leaves(eqx.filter(params, eqx.is_inexact_array))
+    return {f"{_PARAM}{i}": np.asarray(x) for i, x in enumerate(leaves)}
+
+
+def params_from_columns(columns: dict, model):
+    """Pop the parameter columns out of ``columns``; the time-stacked model."""
+    dynamic, static = eqx.partition(model, eqx.is_inexact_array)
+    treedef = jax.tree.structure(dynamic)
+    leaves = [columns.pop(f"{_PARAM}{i}") for i in range(treedef.num_leaves)]
+    return eqx.combine(jax.tree.unflatten(treedef, leaves), static)
+
+
 def _serialise(model) -> bytes:
     buf = _io.BytesIO()
     eqx.tree_serialise_leaves(buf, model)

@@ -20,28 +20,19 @@ import jax
 import numpy as np
 
 from .flow import DEFAULT_NUM_SAVES, solve_flow
-from .io import atomic_write_bytes, read_json, write_json
+from .io import (
+    atomic_write_bytes,
+    param_columns,
+    params_from_columns,
+    read_json,
+    write_json,
+)
 from .trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.json"
 _SUMMED = ("num_steps", "num_accepted_steps", "num_rejected_steps", "grad_evals")
-_PARAM = "param:"  # prefix of the parameter-snapshot columns in a checkpoint
-
-
-def _param_columns(params) -> dict[str, np.ndarray]:
-    """The array leaves of a time-stacked model as named columns."""
-    leaves = jax.tree.leaves(eqx.filter(params, eqx.is_inexact_array))
-    return {f"{_PARAM}{i}": np.asarray(x) for i, x in enumerate(leaves)}
-
-
-def _params_from_columns(columns: dict, model):
-    """Pop the parameter columns out of ``columns``; the time-stacked model."""
-    dynamic, static = eqx.partition(model, eqx.is_inexact_array)
-    treedef = jax.tree.structure(dynamic)
-    leaves = [columns.pop(f"{_PARAM}{i}") for i in range(treedef.num_leaves)]
-    return eqx.combine(jax.tree.unflatten(treedef, leaves), static)
 
 
 def _fingerprint(model, ts, t0, t1, segments, kwargs) -> str:
@@ -138,7 +129,7 @@ def solve_flow_resumable(
         n = min(len(want), len(tr))
         columns = {"t": tr.t, **tr.metrics}
         if tr.params is not None:
-            columns.update(_param_columns(tr.params))
+            columns.update(param_columns(tr.params))
         pieces.append({m: v[:n] for m, v in columns.items()})
         for key in _SUMMED:
             stats[key] = (stats[key] or 0) + (tr.stats.get(key) or 0)
@@ -183,7 +174,7 @@ def solve_flow_resumable(
     t = merged.pop("t")
     params = None
     if kwargs.get("save_params"):
-        params = _params_from_columns(merged, model)
+        params = params_from_columns(merged, model)
     return Trajectory(
         t=t,
         metrics=merged,

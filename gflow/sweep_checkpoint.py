@@ -22,14 +22,13 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .io import atomic_write_bytes
+from .io import atomic_write_bytes, param_columns, params_from_columns
 from .sweep import SweepRun, run_sweep
 
 log = logging.getLogger(__name__)
 
 _FIELDS = ("lrs", "t", "steps", "loss", "diverged_step")
 _OPTIONAL = ("first_rise_step", "rises")  # None in runs that did not record them
-_PARAM = "param:"
 
 
 def chunk_path(checkpoint_dir, i: int) -> Path:
@@ -45,8 +44,7 @@ def _write_chunk(path: Path, run: SweepRun, fingerprint: str) -> None:
             if getattr(run, f) is not None
         }
     )
-    leaves = jax.tree.leaves(eqx.filter(run.params, eqx.is_inexact_array))
-    columns.update({f"{_PARAM}{i}": np.asarray(x) for i, x in enumerate(leaves)})
+    columns.update(param_columns(run.params))
     buf = _io.BytesIO()
     np.savez(buf, fingerprint=np.asarray(fingerprint), **columns)
     atomic_write_bytes(path, buf.getvalue())
@@ -67,13 +65,10 @@ def _read_chunk(path: Path, model, fingerprint: str | None, lrs=None) -> SweepRu
                 "with the same settings, or use a new output directory"
             )
         columns = {k: data[k] for k in data.files}
-    dynamic, static = eqx.partition(model, eqx.is_inexact_array)
-    treedef = jax.tree.structure(dynamic)
-    leaves = [columns[f"{_PARAM}{i}"] for i in range(treedef.num_leaves)]
     return SweepRun(
         **{f: columns[f] for f in _FIELDS},
         **{f: columns.get(f) for f in _OPTIONAL},
-        params=eqx.combine(jax.tree.unflatten(treedef, leaves), static),
+        params=params_from_columns(columns, model),
     )
 
 
