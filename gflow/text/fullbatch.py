@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..optim import _is_bad
 from ..trajectory import Trajectory
 
 #: Methods of ``run_full_batch``: the value of the traced ``adaptive`` flag.
@@ -61,9 +62,7 @@ def _loop(params, static, loss_fn, lr, adaptive, steps, save_every, *, num_saves
         u_adam, new_s = adam.update(g, s, p)
         u = jax.tree.map(lambda a, b: jnp.where(adaptive > 0, a, b), u_adam, g)
         new_p = jax.tree.map(lambda x, d: x - lr * d, p, u)
-        pn = jnp.sqrt(sum(jnp.sum(x**2) for x in jax.tree.leaves(new_p)))
-        bad = (~jnp.isfinite(loss) | ~jnp.isfinite(sq) | (pn > 1e8)) & ~frozen
-        bad = bad & (k < steps)
+        bad = _is_bad(loss, g, new_p, 1e8) & ~frozen & (k < steps)
         bad_at = jnp.where(bad, k, bad_at)
         move = (k < steps) & (bad_at < 0)
         p = jax.tree.map(lambda a, b: jnp.where(move, b, a), p, new_p)
