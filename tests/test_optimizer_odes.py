@@ -1,24 +1,13 @@
 """Heavy ball and Adam converge to their ODEs (β = 1 − γη) at first order."""
 
-import jax
 import numpy as np
 import optax
 import pytest
 
-from gflow import AttentionModel, MarkovChain, PopulationLoss
 from gflow.optimizer_odes import AdamODEReference, MomentumODEReference
 from gflow.sweep import compare_sweep, run_sweep
 
 LRS = (0.04, 0.02, 0.01)
-
-
-@pytest.fixture(scope="module")
-def setup():
-    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
-    model = AttentionModel.init(
-        d_vocab=3, d_model=3, init_scale=0.3, key=jax.random.key(1)
-    )
-    return PopulationLoss(chain), model
 
 
 def errors_and_order(setup, optimizer, reference, t1):
