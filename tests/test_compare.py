@@ -106,10 +106,19 @@ def test_stage_times_formats():
 
 
 def test_stage_shifts_difference(setup):
+    """shift = t(run) - t(reference), stage by stage, for two different runs."""
     _, loss, model = setup
-    a = _traj([0, 1], [model, model], loss)
-    shifts = stage_shifts(a, a, lambda tr: {"x": 3.0 if tr is a else 1.0})
-    assert shifts["x"]["shift"] == 0.0
+    run = _traj([0, 1], [model, model], loss)
+    ref = _traj([0, 1], [model, model], loss)  # another object, same times
+    times = {id(run): {"focus": 3.0, "dilution": 7.5}, id(ref): {"focus": 1.0}}
+    shifts = stage_shifts(run, ref, lambda tr: times[id(tr)])
+    assert shifts["focus"] == {"run": 3.0, "reference": 1.0, "shift": 2.0}
+    # a stage only one run has gets no shift
+    assert shifts["dilution"] == {"run": 7.5, "reference": None, "shift": None}
+    # the sign flips with the roles, and compare() reports the same shifts
+    back = compare(ref, run, stage_detector=lambda tr: times[id(tr)])
+    assert back["stages"]["focus"]["shift"] == -2.0
+    assert list(back["stages"]) == ["focus", "dilution"]
 
 
 def test_richardson_removes_first_order_error(setup):

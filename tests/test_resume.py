@@ -3,7 +3,13 @@ import numpy as np
 import pytest
 
 import gflow.resume as resume
-from gflow import AttentionModel, MarkovChain, MarkovObservables, PopulationLoss
+from gflow import (
+    AttentionModel,
+    MarkovChain,
+    MarkovObservables,
+    PopulationLoss,
+    solve_flow,
+)
 from gflow.resume import CHECKPOINT, solve_flow_resumable
 
 
@@ -32,6 +38,27 @@ def test_interrupted_and_resumed_equals_uninterrupted(setup, tmp_path, monkeypat
     assert full.status == "success"
     np.testing.assert_allclose(full.t, ts)
     assert full.info["resumed_from_segment"] == -1
+    # the segmented solve is the flow over [0, t1]: one plain solve_flow agrees to
+    # the tolerance (the step-size controller restarts at each segment boundary)
+    plain = solve_flow(
+        loss,
+        model,
+        t1=6.0,
+        ts=ts,
+        observables=obs,
+        rtol=1e-8,
+        atol=1e-10,
+        save_params=True,
+    )
+    assert plain.status == "success"
+    np.testing.assert_array_equal(full.t, plain.t)
+    for k in plain.metrics:
+        np.testing.assert_allclose(
+            full.metrics[k], plain.metrics[k], rtol=1e-6, atol=1e-9
+        )
+    np.testing.assert_allclose(full.params.W_E, plain.params.W_E, rtol=1e-6, atol=1e-9)
+    # ... and the loss really moved, so agreement is not that of two resting states
+    assert plain.metrics["loss"][-1] < plain.metrics["loss"][0] - 0.05
 
     # interrupt the run in its second segment, as a SIGTERM would
     ck = tmp_path / "b"
