@@ -83,3 +83,30 @@ def test_observables_are_recorded(setup):
     np.testing.assert_allclose(
         tr.metrics["wq_norm"], [np.linalg.norm(tr.snapshot(i).W_Q) for i in range(3)]
     )
+
+
+def test_clock_under_a_schedule_stops_at_the_divergence(setup):
+    """t_k = Σ_{i<k} η_i with a schedule, frozen at the step that diverged.
+
+    η_i = 0.1 for i < 5, then 1e13: step 5 throws the parameters past the blow-up
+    norm, so the run diverges at k = 5, at t = 5 · 0.1 exactly, and every later
+    save repeats that time with a NaN loss.
+    """
+    loss, model = setup
+    sched = optax.piecewise_constant_schedule(0.1, {5: 1e14})
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=sched)
+    tr = run_optimizer(loss, model, opt, steps=9, save_every=1)
+    assert tr.status == "diverged"
+    assert tr.stats["diverged_step"] == 5
+    # (η may carry float32 round-off from the schedule: rtol 1e-7)
+    assert tr.stats["diverged_time"] == pytest.approx(0.5, rel=1e-7)
+    np.testing.assert_allclose(tr.t[:6], np.arange(6) * 0.1, rtol=1e-7)
+    np.testing.assert_array_equal(tr.t[5:], tr.t[5])
+    # saves are of the state after k steps: finite up to k = 5, NaN after
+    assert np.all(np.isfinite(tr.metrics["loss"][:6]))
+    assert np.all(np.isnan(tr.metrics["loss"][6:]))
+    # the model stops at its last good state: five plain SGD steps of 0.1
+    ref = run_optimizer(
+        loss, model, optax.inject_hyperparams(optax.sgd)(learning_rate=0.1), steps=5
+    )
+    np.testing.assert_allclose(tr.final.W_E, ref.final.W_E, rtol=1e-6)
