@@ -1,0 +1,279 @@
+"""Every public name is exercised: the guard, and oracle tests for names no other
+test file used.
+
+The guard reads the exports (``__all__`` of ``gflow`` and of each sub-package) and
+fails for a name that no test file imports from gflow (or reaches as ``gflow.X`` /
+``module.X``) and then uses outside the import: add a test that checks its effect.
+"""
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gflow
+from gflow import (
+    AttentionModel,
+    FlowReference,
+    GradientField,
+    MarkovChain,
+    ModifiedFlowReference,
+    SequenceLoss,
+    attention_entropy,
+    population_logits,
+    population_loss,
+    sequence_loss,
+    singular_values,
+    solve_flow,
+    stationary_distribution,
+)
+from gflow.solvers import RKC2, RKCState
+from gflow.text import HUB_CORPORA, TOKENIZERS, load_corpus, query_rows
+
+TESTS = Path(__file__).parent
+
+
+def _exports() -> dict[str, set[str]]:
+    """module name -> its ``__all__``, for gflow and every sub-package."""
+    out = {"gflow": set(gflow.__all__)}
+    for info in pkgutil.walk_packages(gflow.__path__, "gflow."):
+        if info.ispkg:
+            module = importlib.import_module(info.name)
+            out[info.name] = set(getattr(module, "__all__", ()))
+    return out
+
+
+def _used_names(tree: ast.Module) -> set[str]:
+    """Names a test file imports from gflow and then uses (or reaches as attributes).
+
+    ``from gflow... import X`` followed by a use of ``X``, or ``gflow.X`` /
+    ``alias.X`` for an imported gflow module, counts; the import alone does not.
+    """
+    imported, module_aliases = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gflow"):
+            for a in node.names:
+                imported[a.asname or a.name] = a.name
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("gflow"):
+                    module_aliases.add((a.asname or a.name).split(".")[0])
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in imported:
+            used.add(imported[node.id])
+        elif isinstance(node, ast.Attribute):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and (
+                root.id in module_aliases or root.id in imported
+            ):
+                used.add(node.attr)
+    return used
+
+
+def test_every_export_is_used_by_a_test():
+    used = set()
+    for path in TESTS.glob("test_*.py"):
+        used |= _used_names(ast.parse(path.read_text()))
+    missing = {
+        module: sorted(names - used)
+        for module, names in _exports().items()
+        if names - used
+    }
+    assert not missing, f"exports that no test uses (add a test of each): {missing}"
+
+
+def test_the_guard_sees_uses_and_ignores_bare_imports():
+    tree = ast.parse(
+        "from gflow import a, b\nimport gflow.text as gt\nimport gflow\n"
+        "a(1)\ngt.c\ngflow.solvers.d()\n"
+    )
+    assert _used_names(tree) == {"a", "c", "d", "solvers"}
+
+
+# --- oracle tests for names no other test file used ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def small():
+    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
+    model = AttentionModel.init(
+        d_vocab=3, d_model=3, init_scale=0.7, key=jax.random.key(3)
+    )
+    return chain, model
+
+
+def _numpy_attention(model, pi):
+    phi = np.asarray(model.Phi) * model.tau
+    w = np.asarray(pi)[None, :] * np.exp(phi - phi.max(axis=1, keepdims=True))
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def test_stationary_distribution_of_a_two_state_chain():
+    a, b = 0.3, 0.1  # P(0 -> 1) = a, P(1 -> 0) = b: π = (b, a) / (a + b)
+    pi = stationary_distribution(np.array([[1 - a, a], [b, 1 - b]]))
+    np.testing.assert_allclose(pi, [0.25, 0.75], rtol=1e-12)
+    with pytest.raises(ValueError, match="reducible"):
+        stationary_distribution(np.eye(2))
+
+
+def test_singular_values_match_numpy_in_decreasing_order():
+    W = np.random.default_rng(0).normal(size=(4, 3))
+    np.testing.assert_allclose(
+        singular_values(jnp.asarray(W)), np.linalg.svd(W, compute_uv=False), rtol=1e-12
+    )
+    # a constructed rank-one matrix has one nonzero singular value, |u| |v|
+    u, v = np.arange(1.0, 5.0), np.array([2.0, 0.0, 1.0])
+    sv = np.asarray(singular_values(jnp.asarray(np.outer(u, v))))
+    assert sv[0] == pytest.approx(np.linalg.norm(u) * np.linalg.norm(v), rel=1e-12)
+    np.testing.assert_allclose(sv[1:], 0.0, atol=1e-12)
+
+
+def test_attention_entropy_against_numpy_and_at_uniform_scores(small):
+    chain, model = small
+    a = _numpy_attention(model, chain.pi)
+    expected = -np.sum(chain.pi * np.sum(a * np.log(a), axis=1))
+    assert float(attention_entropy(model, chain.pi)) == pytest.approx(expected, 1e-12)
+    # with W_A = 0 every query's attention is π itself: the entropy is H(π)
+    flat = eqx.tree_at(lambda m: m.W_Q, model, jnp.zeros_like(model.W_Q))
+    h_pi = -np.sum(chain.pi * np.log(chain.pi))
+    assert float(attention_entropy(flat, chain.pi)) == pytest.approx(h_pi, 1e-12)
+
+
+def test_population_logits_are_attention_weighted_rows_of_M(small):
+    chain, model = small
+    a = _numpy_attention(model, chain.pi)
+    M = np.asarray(model.M)
+    np.testing.assert_allclose(population_logits(model, chain.pi), a @ M, rtol=1e-10)
+    res = AttentionModel(model.W_E, model.W_Q, model.W_K, model.W_P, residual=True)
+    np.testing.assert_allclose(population_logits(res, chain.pi), a @ M + M, rtol=1e-10)
+    # and the population loss is their cross-entropy against P, weighted by π
+    f = a @ M
+    logp = f - np.log(np.exp(f).sum(axis=1, keepdims=True))
+    expected = -np.sum(chain.pi[:, None] * np.asarray(chain.P) * logp)
+    assert float(population_loss(model, chain)) == pytest.approx(expected, rel=1e-10)
+
+
+def test_sequence_loss_module_equals_the_function_and_keeps_its_options(small):
+    chain, model = small
+    tokens = chain.sample(key=jax.random.key(5), batch=6, length=9)
+    for all_positions in (False, True):
+        fn = SequenceLoss(tokens, all_positions=all_positions)
+        assert float(fn(model)) == pytest.approx(
+            float(sequence_loss(model, tokens, all_positions=all_positions)), 1e-12
+        )
+    assert float(SequenceLoss(tokens, all_positions=True)(model)) != pytest.approx(
+        float(SequenceLoss(tokens)(model)), rel=1e-6
+    )
+    # a full-batch flow of it descends
+    tr = solve_flow(SequenceLoss(tokens), model, t1=2.0, ts=[0.0, 2.0])
+    assert tr.status == "success" and tr.metrics["loss"][1] < tr.metrics["loss"][0]
+
+
+def test_gradient_field_is_minus_the_finite_difference_gradient(small):
+    chain, model = small
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    field = GradientField(lambda m: population_loss(m, chain), static)
+    v = field(0.0, params, None)
+    h = 1e-6
+    for i in [(0, 0), (1, 2), (2, 1)]:
+
+        def at(x, i=i):
+            return float(population_loss(eqx.combine(x, static), chain))
+
+        plus = eqx.tree_at(lambda p: p.W_E, params, params.W_E.at[i].add(h))
+        minus = eqx.tree_at(lambda p: p.W_E, params, params.W_E.at[i].add(-h))
+        fd = (at(plus) - at(minus)) / (2 * h)
+        assert float(v.W_E[i]) == pytest.approx(-fd, rel=1e-6, abs=1e-9)
+
+
+class _Quadratic(eqx.Module):
+    """L = ½ Σ_ij a_ij W_E[i, j]², a diagonal quadratic in W_E only."""
+
+    a: jax.Array
+
+    def __call__(self, model):
+        return 0.5 * jnp.sum(self.a * model.W_E**2)
+
+
+def test_flow_and_modified_flow_references_are_the_closed_forms(small):
+    """Flow: W(t) = e^{-a t} W(0); GD's modified flow: e^{-(a + η a²/2) t} W(0)."""
+    _, model = small
+    a = jnp.asarray(np.linspace(0.5, 2.0, model.W_E.size).reshape(model.W_E.shape))
+    loss = _Quadratic(a)
+    w0 = np.asarray(model.W_E)
+    lrs = np.array([0.2, 0.1])
+    times = [np.arange(6) * lr for lr in lrs]
+    for ref, rate in (
+        (FlowReference(), lambda lr: a),
+        (ModifiedFlowReference(), lambda lr: a + 0.5 * lr * a**2),
+    ):
+        trajs = ref.solve(loss, model, times, lrs)
+        assert len(trajs) == 2
+        for tr, t, lr in zip(trajs, times, lrs):
+            np.testing.assert_allclose(tr.t, t)
+            expected = np.exp(-np.asarray(rate(lr))[None] * t[:, None, None]) * w0
+            np.testing.assert_allclose(tr.params.W_E, expected, rtol=1e-8)
+            # the reference records the original loss, not the modified one
+            np.testing.assert_allclose(
+                tr.metrics["loss"],
+                0.5 * np.sum(a * expected**2, axis=(1, 2)),
+                rtol=1e-8,
+            )
+            np.testing.assert_array_equal(tr.params.W_Q[-1], model.W_Q)
+
+
+def test_member_mesh_spans_the_local_devices_on_one_axis():
+    mesh = gflow.member_mesh()
+    assert mesh.axis_names == ("members",)
+    assert list(mesh.devices.ravel()) == jax.devices()
+    assert gflow.member_mesh(jax.devices()[:1]).size == 1
+
+
+def test_rkc_state_after_the_cold_start():
+    """init runs ``init_power_iters`` products (2 evaluations each) and f(y0): ρ of
+    f(y) = -A y with A = diag(1, 4, 9) is 9, and f0 is -A y0."""
+    import diffrax
+
+    A = jnp.asarray([1.0, 4.0, 9.0])
+    term = diffrax.ODETerm(lambda t, y, args: -A * y)
+    y0 = jnp.asarray([1.0, 1.0, 1.0])
+    state = RKC2(init_power_iters=60).init(term, 0.0, 1.0, y0, None)
+    assert isinstance(state, RKCState)
+    assert float(state.rho) == pytest.approx(9.0, rel=1e-6)
+    assert int(state.num_evals) == 1 + 2 * 60
+    np.testing.assert_allclose(state.f0, -A * y0)
+    assert int(state.max_stages) == 0
+
+
+def test_hub_corpora_refuse_to_download_unless_asked():
+    assert {"wikitext", "tinystories"} <= set(HUB_CORPORA)
+    for name in HUB_CORPORA:
+        with pytest.raises(ValueError, match="download=True") as e:
+            load_corpus(name)
+        assert "\n" not in str(e.value)
+
+
+def test_tokenizer_table_splits_as_named():
+    text = "The cat, the Cat."
+    assert TOKENIZERS["word"](text) == ["The", "cat", ",", "the", "Cat", "."]
+    assert TOKENIZERS["word-lower"](text) == ["the", "cat", ",", "the", "cat", "."]
+    assert TOKENIZERS["byte"]("a b") == ["a", "<0x20>", "b"]
+    assert TOKENIZERS["byte"]("é") == ["<0xc3>", "<0xa9>"]
+
+
+def test_query_rows_average_the_windows_of_each_query():
+    w = jnp.asarray([[1.0, 0.0], [0.0, 1.0], [0.2, 0.8]])  # [n windows, d]
+    contexts = jnp.asarray([[0, 2], [1, 2], [2, 0]])  # last tokens 2, 2, 0
+    rows = np.asarray(query_rows(w, contexts, jnp.asarray([2, 0, 1])))
+    np.testing.assert_allclose(rows[0], [0.5, 0.5])  # mean of windows 0 and 1
+    np.testing.assert_allclose(rows[1], [0.2, 0.8])  # window 2 alone
+    assert np.all(np.isnan(rows[2]))  # no window ends in token 1
