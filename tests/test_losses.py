@@ -139,3 +139,27 @@ def test_sequence_loss_rejects_bad_tokens(key):
     m = AttentionModel.init(d_vocab=4, d_model=4, key=key)
     with pytest.raises(ValueError, match="tokens"):
         sequence_loss(m, jnp.zeros((3,), int))
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_all_positions_objective_is_the_mean_over_prefixes(key, residual):
+    """Causal attention at position j is the last-position model on the prefix ≤ j:
+    the all-positions loss is the mean over j of -log p(x_{j+1} | x_1..x_j)."""
+    m = AttentionModel.init(
+        d_vocab=4, d_model=6, init_scale=0.9, key=key, residual=residual
+    )
+    tokens = jnp.array([[0, 1, 2, 3, 1, 0], [3, 3, 0, 1, 2, 2]])
+    E, P_ = np.asarray(m.W_E), np.asarray(m.W_P)
+    A = np.asarray(m.W_Q) @ np.asarray(m.W_K).T
+    terms = []
+    for row in np.asarray(tokens):
+        for j in range(1, row.size):
+            emb = E[row[:j]]  # the prefix x_1..x_j, [j, m]
+            z = emb[-1] @ A @ emb.T
+            a = np.exp(z - z.max())
+            out = (a / a.sum()) @ emb + (emb[-1] if residual else 0.0)
+            f = out @ P_
+            terms.append(np.log(np.exp(f).sum()) - f[row[j]])
+    for dense in (True, False):
+        got = jit_sequence_loss(m, tokens, all_positions=True, dense=dense)
+        assert float(got) == pytest.approx(np.mean(terms), rel=1e-12)
