@@ -105,21 +105,39 @@ def _lift(t, onset, rate=0.05, eps=1e-3):
     return g / (1 + g), (start, end)
 
 
-def _exact_trajectory(t=EXACT_T):
-    """Cycle 1 and a second cycle, with the edges each rule must find."""
+def _bump(t, centre, width):
+    return np.exp(-(((t - centre) / width) ** 2))
+
+
+def _exact_trajectory(t=EXACT_T, *, distractors=True, late_fall=False):
+    """Cycle 1 and a second cycle, with the edges each rule must find.
+
+    ``distractors`` adds moves that each rule must ignore because they lie outside
+    its window: an entropy dip during condensation, a dip of the low queries'
+    attention on the top token before focus, and early tenfold growths of σ₂
+    (before focus) and σ₃ (before cycle 1 ends). ``late_fall`` moves cycle 1's
+    dilution after the lifting, where it no longer counts.
+    """
     tau_c, (c_f, w_f), (c_d, w_d) = 5.0, (80.0, 4.0), (150.0, 5.0)
     (c_f2, w_f2), (c_d2, w_d2) = (600.0, 8.0), (650.0, 8.0)
+    if late_fall:
+        c_d = 500.0
     gap = 0.5 * np.exp(-t / tau_c)
     entropy = 1.0 - 0.7 * _sig(t, c_f, w_f)
     on_top = np.full((t.size, 4), 0.8)
     on_top[:, 1:] -= 0.5 * _sig(t, c_d, w_d)[:, None]  # low queries dilute
     on_top[:, 0] = 0.95 - 0.5 * _sig(t, c_d2, w_d2)  # the top query dilutes (cycle 2)
     attn = np.zeros((t.size, 4, 4))
-    attn[:, :, 0] = on_top
-    for i in (1, 2, 3):  # the low queries attend to themselves (focus of cycle 2)
-        attn[:, i, i] = 0.05 + 0.5 * _sig(t, c_f2, w_f2)
+    for i, weight in ((1, 0.6), (2, 0.3), (3, 0.1)):  # self-attention: cycle-2 focus
+        attn[:, i, i] = 0.05 + weight * _sig(t, c_f2, w_f2)
     sv2, lift1 = _lift(t, 250.0)
     sv3, lift2 = _lift(t, 700.0)
+    if distractors:
+        entropy -= 0.5 * _bump(t, 6.0, 1.5)
+        on_top[:, 1:] -= 0.4 * _bump(t, 40.0, 3.0)[:, None]
+        sv2 = sv2 * (1.0 + 9.0 * _sig(t, 30.0, 2.0))  # a 10x rise, then a plateau
+        sv3 = sv3 * (1.0 + 9.0 * _sig(t, 200.0, 2.0))  # ... before cycle 1 ends
+    attn[:, :, 0] = on_top
     sv = np.stack([np.ones_like(t), sv2, sv3, np.full(t.shape, 1e-3)], axis=1)
     metrics = {
         "loss": H_PI + gap,
@@ -129,6 +147,7 @@ def _exact_trajectory(t=EXACT_T):
         "attention_on_top": on_top,
         "sv_W_E": sv,
     }
+    # the π-weighted self-attention of the low queries rises by 0.5 Σ w_i π_i / Σ π_i
     edges = {
         ("condensation", 1): (0.0, tau_c * np.log(20.0)),
         ("focus", 1): (c_f - w_f * LN19, c_f + w_f * LN19),
@@ -138,12 +157,12 @@ def _exact_trajectory(t=EXACT_T):
         ("dilution", 2): (c_d2 - w_d2 * LN19, c_d2 + w_d2 * LN19),
         ("asymmetry_lifting", 2): lift2,
     }
+    if late_fall:
+        del edges[("dilution", 1)]
     return Trajectory(t=t, metrics=metrics, final=None), edges
 
 
-def test_every_stage_edge_lands_on_the_grid_point_of_its_closed_form():
-    traj, edges = _exact_trajectory()
-    stages = detect_stages(traj, pi=PI)
+def _assert_edges(stages, edges):
     assert [(s.name, s.cycle) for s in stages] == sorted(
         edges, key=lambda k: edges[k][0]
     )
@@ -154,11 +173,15 @@ def test_every_stage_edge_lands_on_the_grid_point_of_its_closed_form():
         assert end <= s.t_end + 1e-9 < end + DT + 1e-9, (s, end)
 
 
-def test_pi_defaults_to_the_first_attention_rows():
-    """Without pi the detector reads π off the attention at t0: here token 0 is top."""
-    traj, _ = _exact_trajectory()
-    with_pi = detect_stages(traj, pi=PI)
-    assert detect_stages(traj) == with_pi
+@pytest.mark.parametrize("distractors", [False, True])
+def test_every_stage_edge_lands_on_the_grid_point_of_its_closed_form(distractors):
+    traj, edges = _exact_trajectory(distractors=distractors)
+    _assert_edges(detect_stages(traj, pi=PI), edges)
+
+
+def test_a_fall_after_the_lifting_is_no_dilution_of_cycle_one():
+    traj, edges = _exact_trajectory(late_fall=True)
+    _assert_edges(detect_stages(traj, pi=PI), edges)
 
 
 def test_loss_alone_gives_condensation_when_no_gap_is_recorded():
@@ -172,6 +195,48 @@ def test_loss_alone_gives_condensation_when_no_gap_is_recorded():
     assert (
         edges[("condensation", 1)][1] <= cond.t_end < edges[("condensation", 1)][1] + DT
     )
+
+
+def test_growth_on_a_nonuniform_grid_after_a_decay():
+    """ln σ = ln ε + D (t_m - t)₊ + A s((t - c)/w), s the logistic, on uneven times.
+
+    The minimum is at t_m; the growth starts where A (s - s(t_m)) = ln 2, its rate
+    A s(1 - s)/w peaks at c and falls to a quarter of the peak where s = (1 + √¾)/2.
+    """
+    u = np.linspace(0.0, 1.0, 6001)
+    t = 250.0 * (u + u**2)  # spacing from 0.04 to 0.12
+    eps, D, t_m, A, c, w = 1e-3, 0.02, 100.0, np.log(100.0), 250.0, 15.0
+    s = _sig(t, c, w)
+    sv = eps * np.exp(D * np.clip(t_m - t, 0, None) + A * s)
+    s_m = 1.0 / (1.0 + np.exp(-(t_m - c) / w))
+    s0 = np.log(2.0) / A + s_m
+    start = c + w * np.log(s0 / (1 - s0))
+    s1 = (1 + np.sqrt(0.75)) / 2
+    end = c + w * np.log(s1 / (1 - s1))
+    t0, t1 = growth(t, sv)
+    assert t0 == pytest.approx(start, abs=0.15)
+    assert t1 == pytest.approx(end, abs=0.3)
+    # after the growth has ended there is none left to find
+    assert growth(t, sv, after=end + 40.0) is None
+
+
+def test_growth_at_its_thresholds_on_a_few_points():
+    # three points after ``after`` are enough; a 100x growth ends at the last point
+    assert growth([0.0, 1.0, 2.0], [1.0, 1.0, 100.0], after=0.0) == (2.0, 2.0)
+    assert growth([0.0, 1.0, 2.0], [1.0, 1.0, 100.0], after=0.5) is None
+    # exactly MIN_GROWTH (4x) counts, and ln σ up by exactly ln 2 starts the stage
+    assert growth([0.0, 1.0, 2.0], [1.0, 1.0, 4.0]) is not None
+    assert growth([0.0, 1.0, 2.0], [1.0, 1.0, 3.9]) is None
+    assert growth([0.0, 1.0, 2.0, 3.0], [1.0, 1.0, 2.0, 8.0]) == (2.0, 3.0)
+
+
+def test_an_explicit_pi_overrides_the_first_attention_rows():
+    """π read off the first attention rows has token 0 on top; an explicit π with
+    token 3 on top makes the rules read other columns, so other stages come out."""
+    traj, edges = _exact_trajectory()
+    assert detect_stages(traj) == detect_stages(traj, pi=PI)
+    reversed_pi = PI[::-1].copy()
+    assert detect_stages(traj, pi=reversed_pi) != detect_stages(traj)
 
 
 def test_four_stages_in_order_at_the_constructed_times():
