@@ -94,8 +94,6 @@ def turning_points(x: np.ndarray, threshold: float) -> list[int]:
         elif direction != 0 and abs(x[i] - x[ext]) >= threshold:
             points.append(ext)
             direction, ext = -direction, i
-        elif direction == 0 and abs(x[i] - x[0]) >= threshold:
-            direction, ext = (1 if x[i] > x[0] else -1), i
     if ext != points[-1]:
         points.append(ext)
     if points[-1] != x.size - 1:

@@ -68,6 +68,30 @@ def test_turning_points_of_a_zigzag():
     assert turning_points(np.zeros(5), 0.5) == [0, 4]
 
 
+@pytest.mark.parametrize(
+    "x, points",
+    [
+        ([3, 2, 1, 0, 1, 2, 1.9, 0], [0, 3, 5, 7]),  # a fall first
+        ([0, 0.1, -0.1, -1, 0], [0, 3, 4]),  # wiggles below the threshold
+        ([0, 1, 1, 1, 0], [0, 1, 4]),  # a flat top: its first point
+        ([1, 0, 0, 1], [0, 1, 3]),  # a flat bottom: its first point
+        ([0, 1, 0], [0, 1, 2]),
+        ([0, 1, 0.5, 0.6], [0, 1, 2, 3]),  # a turn of exactly the threshold counts
+        ([1, 1.2, 1.1], [0, 2]),  # no significant move
+    ],
+)
+def test_turning_points_edge_cases(x, points):
+    assert turning_points(np.asarray(x, float), 0.5) == points
+
+
+def test_moves_of_two_points_and_at_the_window_edges():
+    assert moves([0.0, 1.0], [1.0, 0.0], sign=-1) == [(1.0, 1.0, 1.0)]
+    t = np.arange(11.0)
+    x = np.r_[np.ones(5), np.zeros(6)]  # a unit fall between t = 4 and t = 5
+    assert moves(t, x, sign=-1, window=(4.0, 5.0)) == [(5.0, 5.0, 1.0)]
+    assert moves(t, x, sign=-1, window=(4.5, 10.0)) == []
+
+
 def test_moves_edges_of_a_logistic_fall():
     t = np.linspace(0, 100, 2001)
     x = 1 - _sig(t, 50.0, 2.0)
