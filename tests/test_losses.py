@@ -4,7 +4,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gflow import AttentionModel, MarkovChain, population_loss, sequence_loss
+from gflow import (
+    AttentionModel,
+    MarkovChain,
+    population_logits,
+    population_loss,
+    sequence_loss,
+)
 from gflow.losses import population_attention
 
 # jit whole computations: op-by-op dispatch compiles every primitive separately
@@ -42,6 +48,12 @@ def test_population_loss_matches_numpy_formula(key):
         logp = f - np.log(np.exp(f).sum())
         loss += chain.pi[i] * (chain.P[i] * -logp).sum()
     assert float(population_loss(m, chain)) == pytest.approx(loss, rel=1e-12)
+    # the residual ablation adds the query's own row of M to its logits
+    res = AttentionModel(m.W_E, m.W_Q, m.W_K, m.W_P, tau=0.7, residual=True)
+    f = np.stack(
+        [(w := chain.pi * np.exp(0.7 * Phi[i])) / w.sum() @ M + M[i] for i in range(3)]
+    )
+    np.testing.assert_allclose(population_logits(res, chain.pi), f, rtol=1e-10)
 
 
 def test_gradient_matches_central_differences(key):
