@@ -146,7 +146,8 @@ def _exact_trajectory(t=EXACT_T, *, distractors=True, late_fall=False):
     (c_f2, w_f2), (c_d2, w_d2) = (600.0, 8.0), (650.0, 8.0)
     if late_fall:
         c_d = 500.0
-    gap = 0.5 * np.exp(-t / tau_c)
+    # the loss falls onto H(π), then below it with focus (by 0.15 nats)
+    gap = 0.5 * np.exp(-t / tau_c) - 0.15 * _sig(t, c_f, w_f)
     entropy = 1.0 - 0.7 * _sig(t, c_f, w_f)
     on_top = np.full((t.size, 4), 0.8)
     on_top[:, 1:] -= 0.5 * _sig(t, c_d, w_d)[:, None]  # low queries dilute
@@ -208,17 +209,82 @@ def test_a_fall_after_the_lifting_is_no_dilution_of_cycle_one():
     _assert_edges(detect_stages(traj, pi=PI), edges)
 
 
-def test_loss_alone_gives_condensation_when_no_gap_is_recorded():
-    """Without ``unigram_gap`` condensation ends when L - min L is down to 5%."""
+@pytest.mark.parametrize("k", [1, 2])
+def test_fewer_singular_values_end_the_cycles_earlier(k):
+    """With σ₁ alone nothing lifts; with σ₁, σ₂ cycle 2 has no lifting of its own
+    and its focus and dilution are looked for up to the end of the run."""
     traj, edges = _exact_trajectory()
+    metrics = dict(traj.metrics, sv_W_E=traj.metrics["sv_W_E"][:, :k])
+    stages = detect_stages(Trajectory(t=traj.t, metrics=metrics, final=None), pi=PI)
+    keep = (
+        {("asymmetry_lifting", 2)}
+        if k == 2
+        else {
+            ("asymmetry_lifting", 1),
+            ("focus", 2),
+            ("dilution", 2),
+            ("asymmetry_lifting", 2),
+        }
+    )
+    _assert_edges(stages, {key: v for key, v in edges.items() if key not in keep})
+
+
+def test_focus_from_the_first_point_without_condensation():
+    """No condensation: the focus window opens at t0, and a fall that starts there
+    has covered 5% of itself one step later."""
+    gap = np.zeros(21)
+    traj = _flat(gap)
+    traj.metrics["attention_entropy"] = 1.0 - np.arange(21) / 20  # linear fall
+    stages = detect_stages(traj, pi=PI)
+    assert stages == [Stage("focus", 1.0, 19.0, 1)]
+
+
+def test_loss_alone_gives_condensation_when_no_gap_is_recorded():
+    """Without ``unigram_gap`` condensation ends when L - min L is down to 5% of its
+    initial value; min L is now the level after focus, 0.15 below H(π), so the stage
+    ends with focus: where 0.15 (1 - s) = 0.05 · 0.65, s the focus logistic."""
+    traj, _ = _exact_trajectory()
     metrics = {k: v for k, v in traj.metrics.items() if k != "unigram_gap"}
     metrics["loss"] = metrics["loss"] + 3.0  # only the fall counts, not the level
     stages = detect_stages(Trajectory(t=traj.t, metrics=metrics, final=None), pi=PI)
     cond = stages[0]
-    assert cond.name == "condensation" and cond.t_start == 0.0
-    assert (
-        edges[("condensation", 1)][1] <= cond.t_end < edges[("condensation", 1)][1] + DT
-    )
+    assert (cond.name, cond.t_start, cond.cycle) == ("condensation", 0.0, 1)
+    s = 1.0 - 0.05 * 0.65 / 0.15
+    end = 80.0 + 4.0 * np.log(s / (1 - s))
+    assert end <= cond.t_end < end + DT
+
+
+def _flat(gap, t=None):
+    """A short trajectory with a given unigram gap and nothing else moving."""
+    n = len(gap)
+    t = np.arange(float(n)) if t is None else t
+    metrics = {
+        "loss": H_PI + np.asarray(gap, float),
+        "unigram_gap": np.asarray(gap, float),
+        "attention_entropy": np.ones(n),
+        "attention": np.tile(np.eye(4), (n, 1, 1)),
+        "attention_on_top": np.full((n, 4), 0.5),
+        "sv_W_E": np.ones((n, 4)),
+    }
+    return Trajectory(t=t, metrics=metrics, final=None)
+
+
+@pytest.mark.parametrize(
+    "gap, end",
+    [
+        ([1.0, 0.5, 0.05, 0.01], 2.0),  # exactly 5% of the initial gap ends it
+        ([1.0, 0.2, 0.04, 0.04], 2.0),
+        ([2.0, 1.0, 0.5, 0.08], 3.0),  # 4% of an initial gap of 2
+        ([1.0, 0.5, 0.2, 0.1], None),  # never down to 5%: no condensation
+        ([0.0, -0.1, -0.2, -0.2], None),  # starts on the plateau
+    ],
+)
+def test_condensation_ends_at_five_percent_of_the_initial_gap(gap, end):
+    stages = detect_stages(_flat(gap), pi=PI)
+    if end is None:
+        assert stages == []
+    else:
+        assert stages == [Stage("condensation", 0.0, end, 1)]
 
 
 def test_growth_on_a_nonuniform_grid_after_a_decay():
