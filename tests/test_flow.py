@@ -120,3 +120,113 @@ def test_same_configuration_gives_bit_identical_results(setup):
     )
     c = solve_flow(loss, fresh, **kw)  # same seed, a model drawn anew
     np.testing.assert_array_equal(a.metrics["loss"], c.metrics["loss"])
+
+
+@pytest.mark.parametrize(
+    "solver, per_step",
+    [
+        (diffrax.Euler(), 1),
+        (diffrax.Heun(), 2),  # two stages, not first-same-as-last
+        (diffrax.Tsit5(), 6),  # seven stages, FSAL
+        (diffrax.Dopri5(), 6),
+        (diffrax.Dopri8(), 13),  # fourteen stages, not FSAL... as Diffrax tabulates
+        (diffrax.Kvaerno5(), None),  # implicit: Newton iterations vary
+    ],
+)
+def test_grad_evals_per_step_from_the_tableau(solver, per_step):
+    from gflow.flow import grad_evals_per_step
+
+    tableau = getattr(solver, "tableau", None)
+    if tableau is not None and not tableau.implicit:
+        per_step = tableau.num_stages - int(tableau.fsal)
+    assert grad_evals_per_step(solver) == per_step
+
+
+def test_euler_with_constant_steps_is_gradient_descent(setup):
+    """Euler at h = η is GD at η step for step: same clock, same parameters."""
+    loss, model = setup
+    eta, steps = 0.1, 10
+    flow = solve_flow(
+        loss,
+        model,
+        t1=eta * steps,
+        ts=[0.0, eta * steps],
+        solver=diffrax.Euler(),
+        dt0=eta,
+        stepsize_controller=diffrax.ConstantStepSize(),
+        observables={"wq": lambda m: jnp.sum(m.W_Q)},
+    )
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=eta)
+    gd = gflow.run_optimizer(loss, model, opt, steps=steps, save_every=steps)
+    assert flow.status == "success"
+    np.testing.assert_allclose(flow.final.W_E, gd.final.W_E, rtol=1e-12)
+    np.testing.assert_allclose(flow.final.W_K, gd.final.W_K, rtol=1e-12)
+    np.testing.assert_allclose(flow.metrics["loss"], gd.metrics["loss"], rtol=1e-12)
+    np.testing.assert_allclose(flow.metrics["grad_norm"], gd.metrics["grad_norm"])
+    assert flow.metrics["wq"][-1] == pytest.approx(float(jnp.sum(gd.final.W_Q)))
+    s = flow.stats
+    assert (s["num_steps"], s["num_rejected_steps"]) == (steps, 0)
+    assert s["grad_evals"] == 1 + steps and s["t_reached"] == pytest.approx(1.0)
+    assert flow.info == {
+        "kind": "flow",
+        "solver": "Euler",
+        "rtol": 1e-6,
+        "atol": 1e-8,
+        "t0": 0.0,
+        "t1": 1.0,
+    }
+
+
+def test_default_save_times_and_a_later_start(setup):
+    loss, model = setup
+    tr = solve_flow(loss, model, t0=1.0, t1=3.0, save_params=True)
+    np.testing.assert_allclose(tr.t, np.linspace(1.0, 3.0, 201))
+    assert tr.params.W_E.shape == (201, *model.W_E.shape)
+    np.testing.assert_array_equal(tr.params.W_E[0], model.W_E)
+    assert tr.info["t0"] == 1.0 and tr.stats["t_reached"] == 3.0
+    with pytest.raises(ValueError, match="ts"):
+        solve_flow(loss, model, t0=1.0, t1=3.0, ts=[0.5, 3.0])
+
+
+class _FailingEuler(diffrax.Euler):
+    """Euler whose steps from t = 0.5 on report a singular system."""
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        *out, result = super().step(terms, t0, t1, y0, args, solver_state, made_jump)
+        return *out, diffrax.RESULTS.where(t0 >= 0.5, diffrax.RESULTS.singular, result)
+
+
+def test_statuses_for_a_failed_and_a_non_finite_solve(setup):
+    """A solver's failure is 'failed' with the part before kept; NaN parameters make
+    any ending 'diverged'."""
+    loss, model = setup
+    constant = diffrax.ConstantStepSize()
+    tr = solve_flow(
+        loss,
+        model,
+        t1=1.0,
+        ts=np.linspace(0, 1, 11),
+        solver=_FailingEuler(),
+        dt0=0.1,
+        stepsize_controller=constant,
+    )
+    assert tr.status == "failed"
+    np.testing.assert_allclose(tr.t, np.linspace(0, 0.5, 6))
+
+    class _NaNAfter(eqx.Module):
+        def __call__(self, m):
+            # finite loss, NaN gradient once |W_E|² has grown past 2.25x its start
+            x = jnp.sum(m.W_E**2)
+            return -x + jnp.where(x > 2.25 * x0, jnp.sqrt(-x), 0.0)
+
+    x0 = float(jnp.sum(model.W_E**2))
+    for solver in (diffrax.Euler(), _FailingEuler()):
+        tr = solve_flow(
+            _NaNAfter(),
+            model,
+            t1=2.0,
+            dt0=0.01,
+            solver=solver,
+            stepsize_controller=constant,
+        )
+        assert tr.status == "diverged"
