@@ -137,6 +137,45 @@ def test_richardson_removes_first_order_error(setup):
     assert out["error"] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_richardson_at_second_order_on_uneven_grids(setup):
+    """θ_η(t) = θ(t) + η² c: with p = 2 and η_a/η_b = 3, w = 1/8 cancels the error.
+
+    Run a is saved at multiples of 0.3, run b at multiples of 0.1 (only their common
+    times count), the reference at the same times with its last time repeated (as a
+    sweep's padded reference is); times off by 1e-7 relative do not match.
+    """
+    _, loss, model = setup
+    c = jnp.arange(model.W_E.size, dtype=float).reshape(model.W_E.shape) / 10
+
+    def shifted(times, eta, jitter=0.0):
+        t = np.asarray(times, float) * (1 + jitter)
+        models = [
+            dataclasses.replace(model, W_E=model.W_E * (1 + ti) + eta**2 * c)
+            for ti in np.asarray(times, float)
+        ]
+        return dataclasses.replace(_traj(t, models, loss), info={"lr": eta})
+
+    a = shifted(np.arange(3) * 0.3, 0.3)
+    b = shifted(np.arange(7) * 0.1, 0.1)
+    ref = shifted([0.0, 0.3, 0.6, 0.6, 0.6], 0.0)
+    out = richardson(a, b, ref, order=2.0)
+    assert out == {
+        "error": pytest.approx(0.0, abs=1e-12),
+        "times": 3,
+        "lrs": [0.3, 0.1],
+    }
+    # at first order w = 1/2, which leaves an error of η_b² + (η_b² - η_a²)/2
+    first = richardson(a, b, ref, order=1.0)["error"]
+    assert first == pytest.approx(abs(0.01 - 0.04) * float(jnp.linalg.norm(c)), 1e-9)
+    # times that differ by 1e-7 relative are not the same times
+    late = shifted(np.arange(7) * 0.1, 0.1, jitter=1e-7)
+    assert richardson(a, late, ref, order=2.0)["times"] == 1  # t = 0 alone
+    assert richardson(a, b, shifted([0.0], 0.0, jitter=0.5), order=2.0)["times"] == 1
+    nothing = {"error": None, "times": 0}
+    assert richardson(a, b, shifted([0.05], 0.0), order=2.0) == nothing
+    assert richardson(a, b, ref, order=float("nan")) == nothing
+
+
 def test_sharpness_matches_dense_hessian(setup, key):
     _, loss, model = setup
     other = jax.tree.map(lambda x: 1.3 * x if eqx_is_float(x) else x, model)
