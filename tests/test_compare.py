@@ -92,6 +92,33 @@ def test_compare_known_shift(setup):
     assert out["stages"]["moved"] == {"run": 2.0, "reference": None, "shift": None}
 
 
+def test_compare_a_longer_run_with_growing_distance(setup):
+    """The run has one save more than the reference; its W_E moves by k·0.06 at save
+    k, so the distance crosses the default threshold 0.1 at k = 2 and the attention
+    of every query drifts."""
+    chain, loss, model = setup
+    direction = jnp.zeros_like(model.W_E).at[0, 0].set(1.0)
+    run_models = [
+        dataclasses.replace(model, W_E=model.W_E + 0.06 * k * direction)
+        for k in range(5)
+    ]
+    run = _traj([0, 1, 2, 3, 4], run_models, loss)
+    ref = _traj([0, 1, 2, 3], [model] * 4, loss)
+    out = compare(run, ref, pi=chain.pi)
+    np.testing.assert_array_equal(out["t"], [0, 1, 2, 3])
+    assert set(out["distance"]) == {"total", "W_E", "W_P", "W_A"}
+    np.testing.assert_allclose(out["distance"]["total"], [0, 0.06, 0.12, 0.18])
+    assert out["threshold"] == 0.1 and out["departure_time"] == 2.0
+    assert out["final_error"] == pytest.approx(0.18)
+    assert out["error"] == pytest.approx(0.18)
+    assert out["loss_gap"].shape == (4,) and out["loss_gap"][0] == 0.0
+    tv = out["attention_tv"]
+    assert tv.shape == (4, 3) and np.all(tv[0] < 1e-15) and np.all(tv[1:] > 1e-6)
+    # a run that is NaN throughout has no finite error
+    nan_run = _traj([0, 1], [jax.tree.map(lambda x: x * np.nan, model)] * 2, loss)
+    assert np.isnan(compare(nan_run, ref)["error"])
+
+
 def test_stage_times_formats():
     assert stage_times({"focus": 60}) == {"focus": 60.0}
     recs = [{"name": "focus", "start": 60.0}, {"name": "dilution", "t_start": None}]
