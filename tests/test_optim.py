@@ -1,3 +1,5 @@
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -110,3 +112,93 @@ def test_clock_under_a_schedule_stops_at_the_divergence(setup):
         loss, model, optax.inject_hyperparams(optax.sgd)(learning_rate=0.1), steps=5
     )
     np.testing.assert_allclose(tr.final.W_E, ref.final.W_E, rtol=1e-6)
+
+
+def test_the_clock_finds_a_learning_rate_nested_in_chains(setup):
+    loss, model = setup
+    inner = optax.inject_hyperparams(optax.sgd)(learning_rate=0.05)
+    chained = optax.chain(optax.clip_by_global_norm(10.0), inner)
+    outer = optax.inject_hyperparams(
+        lambda decay: optax.chain(optax.trace(decay=decay), inner)
+    )(decay=0.0)
+    for opt in (chained, outer):
+        tr = run_optimizer(loss, model, opt, steps=8, save_every=4)
+        np.testing.assert_allclose(tr.t, [0.0, 0.2, 0.4], rtol=1e-7)
+
+
+def test_a_schedule_given_as_learning_rate_sets_the_clock(setup):
+    """A plain optax optimizer with ``learning_rate=schedule``: t_k = Σ_{i<k} η_i."""
+    loss, model = setup
+    sched = optax.linear_schedule(0.1, 0.01, transition_steps=6)
+    tr = run_optimizer(
+        loss, model, optax.sgd(sched), steps=6, save_every=1, learning_rate=sched
+    )
+    expected = np.concatenate([[0.0], np.cumsum([float(sched(i)) for i in range(6)])])
+    np.testing.assert_allclose(tr.t, expected, rtol=1e-6)
+    ref = run_optimizer(
+        loss,
+        model,
+        optax.inject_hyperparams(optax.sgd)(learning_rate=sched),
+        steps=6,
+        save_every=1,
+    )
+    np.testing.assert_allclose(tr.final.W_E, ref.final.W_E, rtol=1e-12)
+
+
+def test_blow_up_norm_marks_the_first_step_past_it(setup):
+    """Divergence at the first step k whose new parameters have norm above blowup."""
+    loss, model = setup
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.5)
+    free = run_optimizer(loss, model, opt, steps=12, save_every=1, save_params=True)
+    norms = np.array(
+        [
+            np.sqrt(
+                sum(float(jnp.sum(x**2)) for x in jax.tree.leaves(free.snapshot(k)))
+            )
+            for k in range(13)
+        ]
+    )
+    assert norms[12] > norms[1]  # the parameters grow
+    blowup = 0.5 * (norms[1] + norms[12])
+    k = int(np.argmax(norms[1:] > blowup))  # step k produced parameters k + 1
+    tr = run_optimizer(loss, model, opt, steps=12, save_every=1, blowup=blowup)
+    assert tr.status == "diverged" and tr.stats["diverged_step"] == k
+    np.testing.assert_allclose(tr.final.W_E, free.snapshot(k).W_E, rtol=1e-12)
+    assert run_optimizer(loss, model, opt, steps=12, blowup=norms.max() * 2).ok
+
+
+def test_a_given_optimizer_state_and_the_default_saves(setup):
+    loss, model = setup
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+    params = eqx.filter(model, eqx.is_inexact_array)
+    state = opt.init(params)
+    state.hyperparams["learning_rate"] = jnp.asarray(0.2)
+    tr = run_optimizer(loss, model, opt, steps=1000, opt_state=state)
+    assert tr.stats["save_every"] == 5 and len(tr.t) == 201
+    assert tr.t[-1] == pytest.approx(200.0, rel=1e-9)
+    assert tr.stats["grad_evals"] == 1000 + 2 * 201
+    assert tr.info == {"kind": "optimizer", "steps": 1000}
+    assert tr.stats["steps"] == 1000 and "diverged_step" not in tr.stats
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"learning_rate": 0.0, "optimizer": optax.sgd(0.1)}, "learning_rate"),
+        (
+            {"optimizer": optax.inject_hyperparams(optax.sgd)(learning_rate=-0.1)},
+            "learning_rate must be positive",
+        ),
+        ({"steps": 2.5}, "steps"),
+        ({"steps": 5, "save_every": 1.5}, "save_every"),
+    ],
+)
+def test_bad_learning_rates_and_counts(setup, kwargs, match):
+    loss, model = setup
+    kwargs = {
+        "optimizer": optax.inject_hyperparams(optax.sgd)(learning_rate=0.1),
+        "steps": 5,
+        **kwargs,
+    }
+    with pytest.raises(ValueError, match=match):
+        run_optimizer(loss, model, kwargs.pop("optimizer"), **kwargs)
