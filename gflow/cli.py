@@ -3,15 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 
 from .commands import COMMANDS
 from .errors import UsageError
 
+_TYPE_NAMES = {"int": "an integer", "float": "a number"}
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, ``gflow CMD: error: ...``.
+
+    argparse prints the whole usage before its error line; gflow's convention (bad
+    settings end in one line that names the setting and the fix, exit status 2)
+    holds for argparse's own errors too. Sub-parsers are of this class as well.
+    """
+
+    def error(self, message):
+        message = re.sub(
+            r"invalid (\w+) value: ('.*')",
+            lambda m: f"expected {_TYPE_NAMES.get(m[1], m[1])}, got {m[2]}",
+            message,
+        )
+        message = re.sub(
+            r"ignored explicit argument (.*)", r"takes no value, got \1", message
+        )
+        message = " ".join(message.split())  # one line, whatever argparse composed
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="gflow",
         description="Gradient-flow simulator for attention training dynamics.",
     )
@@ -29,9 +53,28 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _subparser(parser, command):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[command]
+    return parser
+
+
 def main(argv=None) -> int:
+    """Run ``gflow`` with ``argv`` (default sys.argv[1:]); return the exit status.
+
+    Bad settings, argparse's included, print one line ``gflow CMD: error: ...`` on
+    stderr and return 2; ``--help`` prints the help and returns 0.
+    """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # name the command whose options these are not
+            _subparser(parser, args.command).error(
+                f"unrecognized arguments: {' '.join(extra)}"
+            )
+    except SystemExit as e:  # argparse's error() or --help: already printed
+        return e.code if isinstance(e.code, int) else 2
     # SIGTERM (a batch scheduler's stop) unwinds like Ctrl-C: checkpoints are atomic
     signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -39,7 +82,8 @@ def main(argv=None) -> int:
     except (UsageError, ValueError, FileNotFoundError) as e:
         if args.debug:
             raise
-        print(f"gflow {args.command}: error: {e}", file=sys.stderr)
+        message = " ".join(str(e).split()) or type(e).__name__  # always one line
+        print(f"gflow {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import platform
 from importlib import metadata
 from pathlib import Path
@@ -63,16 +64,14 @@ class FlowConfig:
         def bad(field, why):
             raise ValueError(f"{field}: {why}")
 
-        if not self.t1 > 0:
-            bad("t1", f"must be > 0, got {self.t1}")
-        if not self.init_scale > 0:
-            bad("init_scale", f"must be > 0, got {self.init_scale}")
+        for name in ("t1", "init_scale", "tau"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                bad(name, f"must be > 0 and finite, got {value}")
         if not 0 <= self.lam < 1:
             bad("lam", f"must lie in [0, 1), got {self.lam}")
         if self.d_model < 1:
             bad("d_model", f"must be >= 1, got {self.d_model}")
-        if not self.tau > 0:
-            bad("tau", f"must be > 0, got {self.tau}")
         if self.num_saves < 2:
             bad("num_saves", f"must be >= 2, got {self.num_saves}")
         if self.solver not in SOLVERS:
@@ -80,11 +79,14 @@ class FlowConfig:
                 "solver",
                 f"unknown solver {self.solver!r}; choose one of {', '.join(SOLVERS)}",
             )
-        if not (self.rtol > 0 and self.atol >= 0):
+        if not (self.rtol > 0 and self.atol >= 0) or not (
+            math.isfinite(self.rtol) and math.isfinite(self.atol)
+        ):
             bad(
                 "rtol/atol",
-                f"need rtol > 0 and atol >= 0, got {self.rtol}, {self.atol}",
+                f"need finite rtol > 0 and atol >= 0, got {self.rtol}, {self.atol}",
             )
+        check_seed(self.seed)
         if self.max_steps < 1:
             bad("max_steps", f"must be >= 1, got {self.max_steps}")
         if self.segments < 1:
@@ -108,6 +110,12 @@ class FlowConfig:
             factorised=self.factorised,
             residual=self.residual,
         )
+
+
+def check_seed(seed) -> None:
+    """ValueError unless ``seed`` is a PRNG seed every run can use: [0, 2**32)."""
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed: must be an integer in [0, 2**32), got {seed}")
 
 
 def environment() -> dict:

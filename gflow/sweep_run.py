@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import jax
@@ -76,14 +77,27 @@ class SweepConfig:
             raise ValueError(
                 "reference: 'modified' is the modified flow of GD; use sgd"
             )
-        if not self.lrs or not all(lr > 0 for lr in self.lrs):
-            raise ValueError(f"lrs: need positive step sizes, got {self.lrs}")
-        if not self.t1 > 0:
-            raise ValueError(f"t1: must be > 0, got {self.t1}")
+        if not self.lrs or not all(lr > 0 and math.isfinite(lr) for lr in self.lrs):
+            raise ValueError(f"lrs: need positive, finite step sizes, got {self.lrs}")
+        repeated = sorted({lr for lr in self.lrs if self.lrs.count(lr) > 1})
+        if repeated:  # the order and Richardson fits need distinct step sizes
+            raise ValueError(
+                f"lrs: step sizes must be distinct, got {', '.join(map(str, repeated))}"
+                " more than once; drop the repeats"
+            )
+        if not (self.t1 > 0 and math.isfinite(self.t1)):
+            raise ValueError(f"t1: must be > 0 and finite, got {self.t1}")
+        if max(self.lrs) > self.t1:
+            raise ValueError(
+                f"lrs: step size {max(self.lrs):g} exceeds t1 = {self.t1:g}; give step "
+                "sizes <= t1 (or a longer t1)"
+            )
         if self.num_saves < 2:
             raise ValueError(f"num_saves: must be >= 2, got {self.num_saves}")
         if not 0 <= self.beta < 1:
             raise ValueError(f"beta: must lie in [0, 1), got {self.beta}")
+        if not (self.threshold > 0 and math.isfinite(self.threshold)):
+            raise ValueError(f"threshold: must be > 0 and finite, got {self.threshold}")
         if self.chunk < 1:
             raise ValueError(f"chunk: must be >= 1, got {self.chunk}")
 

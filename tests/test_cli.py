@@ -1,6 +1,4 @@
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -62,17 +60,91 @@ def test_flow_command_writes_a_run_directory(tmp_path, capsys):
         (["--init-scale", "0"], "init_scale"),
     ],
 )
-def test_bad_settings_exit_2_with_one_line(args, words):
-    proc = subprocess.run(
-        [sys.executable, "-m", "gflow.cli", "flow", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and words in lines[0], proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_bad_settings_exit_2_with_one_line(args, words, capsys):
+    assert main(["flow", *args]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], err
+    assert lines[0].startswith("gflow flow: error: ")
+    assert "Traceback" not in err
+
+
+def _one_error_line(capsys, *words):
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for word in words:
+        assert word in lines[0], err
+    return lines[0]
+
+
+def test_repeated_step_size_is_refused_before_anything_runs(tmp_path, capsys):
+    """It used to end in a ZeroDivisionError traceback from the Richardson fit, after
+    the members had run (and the run directory was written)."""
+    out = tmp_path / "run"
+    argv = ["sweep", "--lrs", "0.1,0.2,0.1", "--t1", "1", "--out", str(out)]
+    assert main(argv) == 2
+    _one_error_line(capsys, "gflow sweep: error: lrs:", "distinct", "0.1")
+    assert not out.exists()
+
+
+def test_step_size_larger_than_t1_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["sweep", "--lrs", "50,0.1", "--t1", "20", "--out", str(out)]
+    assert main(argv) == 2
+    _one_error_line(capsys, "gflow sweep: error: lrs:", "50", "t1 = 20")
+    assert not out.exists()
+    argv = ["compare", "--lr", "5", "--t1", "1", "--out", str(out)]
+    assert main(argv) == 2
+    _one_error_line(capsys, "gflow compare: error: --lr", "--t1 1")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["flow"],
+        ["sweep"],
+        ["compare"],
+        ["text", "--corpus", "corpus.txt"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_out_that_is_a_file_is_refused_by_every_command(tmp_path, capsys, argv):
+    """`--out FILE` used to end in a FileExistsError traceback (flow, sweep, compare,
+    text); every command's --out is now checked when the options are parsed."""
+    (tmp_path / "corpus.txt").write_text("the cat sat on the mat. " * 50)
+    argv = [a if a != "corpus.txt" else str(tmp_path / a) for a in argv]
+    file = tmp_path / "file"
+    file.write_text("keep me")
+    assert main([*argv, "--out", str(file)]) == 2
+    line = _one_error_line(capsys, f"gflow {argv[0]}: error: argument --out:")
+    assert "not a directory" in line
+    assert main([*argv, "--out", str(file / "sub")]) == 2
+    _one_error_line(capsys, "argument --out:", "not a directory")
+    assert file.read_text() == "keep me"
+
+
+def test_report_out_that_is_a_directory_is_refused(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"command": "flow"}))
+    assert main(["report", str(tmp_path), "--out", str(tmp_path)]) == 2
+    _one_error_line(capsys, "gflow report: error: argument --out:", "is a directory")
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_argparse_errors_are_one_line_naming_the_option(capsys):
+    assert main(["flow", "--t1", "x"]) == 2
+    _one_error_line(capsys, "gflow flow: error: argument --t1:", "a number", "'x'")
+    assert main(["sweep", "--optimizer", "sgdd"]) == 2
+    _one_error_line(capsys, "gflow sweep: error: argument --optimizer:", "'sgd'")
+    assert main(["compare", "--no-such-option", "3"]) == 2
+    _one_error_line(capsys, "gflow compare: error: unrecognized", "--no-such-option")
+    assert main(["flow", "--no-params=yes"]) == 2
+    _one_error_line(capsys, "gflow flow: error: argument --no-params")
+    assert main([]) == 2
+    _one_error_line(capsys, "gflow: error:", "command")
+    assert main(["flow", "--help"]) == 0
+    assert "--d-model" in capsys.readouterr().out
 
 
 def test_config_and_resume_errors_are_one_line(tmp_path, capsys):
@@ -83,6 +155,8 @@ def test_config_and_resume_errors_are_one_line(tmp_path, capsys):
     assert len(err) == 1 and "not valid JSON (line 1" in err[0]
     assert main(["flow", "--resume", str(tmp_path / "nope")]) == 2
     assert "no config.json" in capsys.readouterr().err
+    assert main(["flow", "--resume", ""]) == 2
+    assert "argument --resume: expected the directory" in capsys.readouterr().err
     (tmp_path / "cfg.json").write_text(json.dumps({"t1": -4}))
     assert main(["flow", "--config", str(tmp_path / "cfg.json")]) == 2
     assert "t1: must be > 0" in capsys.readouterr().err

@@ -8,15 +8,15 @@ from gflow.cli import main
 
 
 @pytest.mark.slow
-def test_sgd_is_first_order_and_huge_step_diverges(tmp_path):
+def test_sgd_is_first_order_against_the_flow(tmp_path):
     out = tmp_path / "flow"
     args = ["--quiet", "sweep", "--optimizer", "sgd", "--t1", "60", "--out", str(out)]
-    assert main([*args, "--lrs", "0.4,0.2,0.1,0.05,1e6"]) == 0
+    assert main([*args, "--lrs", "0.4,0.2,0.1,0.05"]) == 0
     res = json.loads((out / "sweep.json").read_text())
     assert 0.85 <= res["order"] <= 1.15
-    status = [m["status"] for m in res["members"]]
-    assert status == ["ok", "ok", "ok", "ok", "diverged"]
-    assert res["members"][-1]["diverged_step"] >= 0
+    assert [m["status"] for m in res["members"]] == ["ok"] * 4
+    errors = [m["error"] for m in res["members"]]
+    assert errors == sorted(errors, reverse=True)
     # Richardson extrapolation beats the smallest step size
     assert res["richardson"]["error"] < res["members"][3]["error"]
     for fig in ("error_vs_lr.png", "trajectories.png", "departure.png"):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 from ..errors import UsageError
-from .common import default_out
+from .common import add_out_option, default_out
 
 
 def register(sub) -> None:
@@ -16,8 +17,9 @@ def register(sub) -> None:
         "compare",
         help="compare one optimizer at one step size with the gradient flow",
         description="Run an optax optimizer on the default Markov population loss, "
-        "solve the flow at its times t = Σ η and write compare.json (distances per "
-        "block, loss gap, attention drift, departure time) and compare.png.",
+        "solve the flow at its times t = Σ η and write config.json, compare.json "
+        "(distances per block, loss gap, attention drift, departure time), both "
+        "trajectories and compare.png.",
     )
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
     p.add_argument("--lr", type=float, default=0.1, help="step size η")
@@ -25,13 +27,34 @@ def register(sub) -> None:
     p.add_argument("--beta", type=float, default=0.9, help="momentum β / Adam β₁")
     p.add_argument("--threshold", type=float, default=0.1)
     p.add_argument("--num-saves", type=int, default=201)
-    p.add_argument("--out", type=Path, default=None)
+    add_out_option(p, "compare")
     p.set_defaults(handler=run)
 
 
+def _check(args) -> None:
+    """UsageError naming the first bad option, before anything runs or is written."""
+    import math
+
+    def positive(flag, value):
+        if not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{flag}: must be a finite number > 0, got {value}")
+
+    positive("--t1", args.t1)
+    positive("--lr", args.lr)
+    if args.lr > args.t1:
+        raise UsageError(
+            f"--lr: step size {args.lr:g} exceeds --t1 {args.t1:g}; give a step size "
+            "<= t1 (or a longer t1)"
+        )
+    if not 0 <= args.beta < 1:
+        raise UsageError(f"--beta: must lie in [0, 1), got {args.beta}")
+    positive("--threshold", args.threshold)
+    if args.num_saves < 2:
+        raise UsageError(f"--num-saves: must be >= 2, got {args.num_saves}")
+
+
 def run(args) -> int:
-    if not args.lr > 0 or not args.t1 > 0 or args.num_saves < 2:
-        raise UsageError("--lr and --t1 must be > 0 and --num-saves >= 2")
+    _check(args)
     import jax
 
     jax.config.update("jax_enable_x64", True)  # entry point: float64 flow
@@ -80,6 +103,18 @@ def run(args) -> int:
     )
     cmp = compare(traj, flow, threshold=args.threshold, pi=chain.pi)
     out = args.out or default_out("compare")
+    settings = {
+        k: getattr(args, k)
+        for k in ("optimizer", "lr", "t1", "beta", "threshold", "num_saves")
+    }
+    write_json(  # what load_run and gflow report read
+        Path(out) / "config.json",
+        {
+            "command": "compare",
+            "config": {**settings, "flow": dataclasses.asdict(cfg)},
+            "environment": environment(),
+        },
+    )
     save_trajectory(out, traj, name="optimizer")
     save_trajectory(out, flow, name="flow")
     write_json(

@@ -6,7 +6,14 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from .common import default_out, floats, load_config_file, start_log
+from .common import (
+    add_out_option,
+    default_out,
+    floats,
+    load_config_file,
+    run_dir_arg,
+    start_log,
+)
 
 # option -> FlowConfig field, for the settings a user can give on the command line
 _OPTIONS = {
@@ -38,12 +45,7 @@ def register(sub) -> None:
         "The flow is checkpointed after each segment: an interrupted run continues "
         "with --resume RUN_DIR.",
     )
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="run directory (default: runs/flow-<time>)",
-    )
+    add_out_option(p, "flow")
     p.add_argument(
         "--config",
         type=Path,
@@ -52,7 +54,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--resume",
-        type=Path,
+        type=run_dir_arg,
         default=None,
         metavar="RUN_DIR",
         help="continue an interrupted run from its last checkpoint",
@@ -95,7 +97,9 @@ def _resolve(args):
                 f"--resume: {args.resume} has no config.json; give the directory of "
                 "an earlier 'gflow flow' run"
             )
-        settings = load_config_file(args.resume / "config.json", FlowConfig)
+        settings = load_config_file(
+            args.resume / "config.json", FlowConfig, option="--resume"
+        )
         given = [_OPTIONS[f][0] for f in _OPTIONS if getattr(args, f) is not None]
         given += [
             f"--{flag.replace('_', '-')}"

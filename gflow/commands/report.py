@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+
+from ..errors import UsageError
+from .common import out_file, run_dir_arg
 
 
 def register(sub) -> None:
@@ -12,9 +15,11 @@ def register(sub) -> None:
         description="Write one self-contained HTML page: the configuration, the "
         "statuses and solver statistics, the stage table and every figure.",
     )
-    p.add_argument("run_dir", type=Path, help="a directory written by a gflow command")
     p.add_argument(
-        "--out", type=Path, default=None, help="default: RUN_DIR/report.html"
+        "run_dir", type=run_dir_arg, help="a directory written by a gflow command"
+    )
+    p.add_argument(
+        "--out", type=out_file, default=None, help="default: RUN_DIR/report.html"
     )
     p.set_defaults(handler=run)
 
@@ -22,6 +27,20 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..report import write_report
 
+    if not (args.run_dir / "config.json").is_file():
+        raise UsageError(
+            f"RUN_DIR: {args.run_dir} has no config.json; give a directory written by "
+            "a gflow command"
+        )
+    try:
+        cfg = json.loads((args.run_dir / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        cfg = None
+    if not isinstance(cfg, dict):
+        raise UsageError(
+            f"RUN_DIR: {args.run_dir}/config.json is not a gflow configuration (a JSON "
+            "object); give a directory written by a gflow command"
+        )
     path = write_report(args.run_dir, args.out)
     print(f"report -> {path}")
     return 0

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 
 from ..errors import UsageError
-from .common import default_out, floats, load_config_file, start_log
+from .common import (
+    add_out_option,
+    default_out,
+    floats,
+    load_config_file,
+    run_dir_arg,
+    start_log,
+)
 
 
 def register(sub) -> None:
@@ -54,12 +60,10 @@ def register(sub) -> None:
         help="members per compiled program; each finished chunk is saved, so an "
         "interrupted sweep resumes after it",
     )
-    p.add_argument(
-        "--out", type=Path, default=None, help="run directory (runs/sweep-<time>)"
-    )
+    add_out_option(p, "sweep")
     p.add_argument(
         "--resume",
-        type=Path,
+        type=run_dir_arg,
         default=None,
         metavar="RUN_DIR",
         help="continue an interrupted sweep as configured in RUN_DIR/config.json",
@@ -79,7 +83,9 @@ def _resolve(args):
                     f"--resume: {args.resume} has no config.json; give the directory "
                     "of an earlier 'gflow sweep' run"
                 )
-            settings = load_config_file(args.resume / "config.json", SweepConfig)
+            settings = load_config_file(
+                args.resume / "config.json", SweepConfig, option="--resume"
+            )
             return SweepConfig.from_dict(settings)
         return SweepConfig(
             optimizer=args.optimizer,

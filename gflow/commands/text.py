@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from ..errors import UsageError
-from .common import default_out
+from .common import add_out_option, default_out
 
 
 def register(sub) -> None:
@@ -32,7 +31,7 @@ def register(sub) -> None:
         action="store_true",
         help="allow fetching a hub corpus (needs pip install gflow[hf] and network)",
     )
-    p.add_argument("--out", type=Path, default=None, help="run directory")
+    add_out_option(p, "text")
     p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="V")
     p.add_argument(
         "--tokenizer", default=d.tokenizer, help=f"one of {', '.join(TOKENIZERS)}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io as _io
+import math
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import optax
 from ..flow import solve_flow
 from ..io import atomic_write_bytes, save_trajectory, write_json
 from ..model import AttentionModel
+from ..runs import check_seed
 from ..trajectory import Trajectory
 from .corpus import load_corpus
 from .fullbatch import run_full_batch
@@ -83,8 +85,14 @@ class TextConfig:
             if getattr(self, name) < 0:
                 bad(name, f"must be >= 0, got {getattr(self, name)}")
         for name in ("init_scale", "lr", "adam_lr", "rtol", "atol"):
-            if not getattr(self, name) > 0:
-                bad(name, f"must be > 0, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                bad(name, f"must be > 0 and finite, got {value}")
+        if self.topk < 1:
+            bad("topk", f"must be a positive integer, got {self.topk}")
+        if self.max_chars is not None and self.max_chars < 1:
+            bad("max_chars", f"must be a positive integer, got {self.max_chars}")
+        check_seed(self.seed)
         if self.num_saves < 2:
             bad("num_saves", f"must be >= 2, got {self.num_saves}")
         if self.method == "flow" and not self.x64:
@@ -109,7 +117,10 @@ def prepare(cfg: TextConfig) -> TextData:
     vocab = Vocabulary.build(toks, cfg.vocab_size)
     ids = vocab.encode(toks)
     sample = fixed_sample(ids, length=cfg.context, num=cfg.windows)
-    named = [vocab.id(t) for t in cfg.track]
+    try:
+        named = [vocab.id(t) for t in cfg.track]
+    except ValueError as e:
+        raise ValueError(f"track: {e}") from None
     auto = default_queries(vocab, sample, num=cfg.num_queries)
     queries = tuple(dict.fromkeys([*named, *auto]))
     top = tuple(range(min(cfg.topk, len(vocab))))  # ids are ranks by frequency
