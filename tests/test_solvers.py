@@ -144,3 +144,104 @@ def test_stiff_switch_flow_matches_dopri8_reference(default_flow):
     assert err < 1e-4 * np.linalg.norm(x_ref), err
     np.testing.assert_allclose(tr.metrics["loss"], ref.metrics["loss"], atol=1e-6)
     assert tr.stats["grad_evals"] > 6 * tr.stats["num_steps"]  # Tsit5 + ρ tracking
+
+
+# --- single steps against closed forms -------------------------------------------
+LAM = jnp.asarray([0.5, 3.0, 40.0, 400.0])
+
+
+def _decay(t, y, args):
+    return -LAM * y
+
+
+def _one_step(solver, h, y0=None, made_jump=False):
+    """One step of ``solver`` on y' = -λ y from y0 (ones) over [0, h], jitted."""
+    term = diffrax.ODETerm(_decay)
+    y0 = jnp.ones(4) if y0 is None else y0
+
+    @jax.jit
+    def go(h):
+        state = solver.init(term, 0.0, h, y0, None)
+        return state, solver.step(term, 0.0, h, y0, None, state, made_jump)
+
+    return go(jnp.asarray(h))
+
+
+def test_rkc2_step_is_stable_with_the_stages_it_picks():
+    """With s = num_stages(h ρ) every mode λ ≤ ρ is damped: |y1/y0| ≤ 1, and the
+    stage count is the documented 1 + ⌊√(1 + 1.54 h ρ)⌋."""
+    from gflow.solvers.rkc import num_stages
+
+    h = 0.5  # h ρ = 200 for ρ = 400: far outside Tsit5's interval
+    state, (y1, y_error, _, new_state, result) = _one_step(RKC2(), h)
+    assert result == diffrax.RESULTS.successful
+    assert float(state.rho) == pytest.approx(400.0, rel=1e-6)
+    s = 1 + int(np.floor(np.sqrt(1 + 1.54 * 1.2 * 400.0 * h)))  # safety 1.2
+    assert int(num_stages(jnp.asarray(1.2 * 400.0 * h))) == s
+    assert int(new_state.max_stages) == s
+    # track: one product (2 evaluations); advance: s - 1 stages and f(y1)
+    assert int(new_state.num_evals) == int(state.num_evals) + 2 + s
+    assert np.all(np.abs(np.asarray(y1)) <= 1.0)
+    # the slow mode is accurate: second order in h λ
+    assert float(y1[0]) == pytest.approx(np.exp(-0.5 * h), abs=(0.5 * h) ** 3)
+    # Sommeijer et al.'s embedded estimate (12 (y0 - y1) + 6 h (f0 + f1)) / 15
+    f0, f1 = _decay(0.0, jnp.ones(4), None), _decay(h, y1, None)
+    expected = (12 * (1.0 - y1) + 6 * h * (f0 + f1)) / 15
+    np.testing.assert_allclose(y_error, expected, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(new_state.f0, f1, rtol=1e-12)
+
+
+def test_rkc2_rejects_a_step_that_needs_too_many_stages():
+    _, (_, y_error, _, _, _) = _one_step(RKC2(max_stages=5), 0.5)
+    assert np.all(np.isinf(np.asarray(y_error)))
+    _, (_, y_error, _, _, _) = _one_step(RKC2(max_stages=40), 0.5)
+    assert np.all(np.isfinite(np.asarray(y_error)))
+
+
+def test_rkc2_restarts_its_power_iteration_on_a_zero_jacobian():
+    """f = const has J = 0: ρ = 0 and the iteration vector falls back to the fixed
+    unit start vector, so tracking can resume."""
+    term = diffrax.ODETerm(lambda t, y, args: jnp.ones_like(y))
+    y0 = jnp.zeros(3)
+    state = RKC2(init_power_iters=3).init(term, 0.0, 1.0, y0, None)
+    assert float(state.rho) == 0.0
+    assert float(jnp.linalg.norm(state.v)) == pytest.approx(1.0, rel=1e-12)
+    again = RKC2(init_power_iters=3).init(term, 0.0, 1.0, y0, None)
+    np.testing.assert_array_equal(state.v, again.v)  # deterministic
+    # a jump recomputes f0 and counts that evaluation
+    tracked = RKC2().track(term, 0.0, y0, None, state, jnp.asarray(True))
+    assert int(tracked.num_evals) == int(state.num_evals) + 2 + 1
+    np.testing.assert_allclose(tracked.f0, jnp.ones(3))
+
+
+@pytest.mark.parametrize("h, stiff", [(0.001, False), (0.5, True)])
+def test_stiff_switch_takes_the_explicit_step_until_h_rho_leaves_its_interval(h, stiff):
+    """h ρ = 0.48 (safety 1.2): a Tsit5 step, bit for bit; h ρ = 240: an RKC2 step,
+    whose error estimate is scaled by stiff_error_scale."""
+    switch = StiffSwitch(stiff_error_scale=7.0)
+    _, (y1, err, _, state, _) = _one_step(switch, h)
+    if stiff:
+        _, (y_ref, err_ref, _, ref_state, _) = _one_step(RKC2(), h)
+        np.testing.assert_allclose(err, 7.0 * err_ref, rtol=1e-12)
+        assert int(state.num_evals) == int(ref_state.num_evals)
+    else:
+        tsit = diffrax.Tsit5()
+        _, (y_ref, err_ref, _, _, _) = _one_step(tsit, h)
+        np.testing.assert_allclose(err, err_ref, rtol=1e-12, atol=1e-18)
+        init = RKC2().init(diffrax.ODETerm(_decay), 0.0, h, jnp.ones(4), None)
+        assert int(state.num_evals) == int(init.num_evals) + 2 + switch.explicit_evals
+        assert switch.explicit_evals == 6
+        np.testing.assert_allclose(state.f0, _decay(h, y1, None), rtol=1e-12)
+    np.testing.assert_allclose(y1, y_ref, rtol=1e-12)
+
+
+def test_more_bad_solver_settings():
+    for kw in ({"power_iters": 0}, {"init_power_iters": 0}):
+        with pytest.raises(ValueError, match="power_iters"):
+            RKC2(**kw)
+    with pytest.raises(ValueError, match="explicit"):
+        StiffSwitch(explicit=diffrax.Kvaerno5())  # implicit
+    with pytest.raises(ValueError, match="stability"):
+        StiffSwitch(stability=0.0)
+    assert RKC2(safety=1.0).safety == 1.0 and RKC2(max_stages=2).max_stages == 2
+    assert StiffSwitch().order(None) == RKC2().order(None) == 2
