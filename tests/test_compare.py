@@ -226,3 +226,17 @@ def test_stability_bounds():
     lam = np.array([0.5, 1.0, 3.0, 5.0])
     assert predicted_departure(t, lam, 1.0, 2.0) == 2.0
     assert predicted_departure(t, lam, 0.1, 2.0) is None
+
+
+def test_fit_order_recovers_a_power_law_and_skips_bad_errors():
+    from gflow.compare import fit_order
+
+    lrs = np.array([0.4, 0.2, 0.1, 0.05])
+    p, c = fit_order(lrs, 3.0 * lrs**1.5)
+    assert p == pytest.approx(1.5, rel=1e-12) and c == pytest.approx(np.log(3.0))
+    # NaN, inf and non-positive errors (diverged or exact members) are left out
+    errs = np.r_[3.0 * lrs[:2] ** 2, np.nan, 0.0]
+    assert fit_order(lrs, errs) == pytest.approx((2.0, np.log(3.0)), rel=1e-12)
+    errs = np.r_[np.inf, -1.0, 3.0 * lrs[2:] ** 2]
+    assert fit_order(lrs, errs) == pytest.approx((2.0, np.log(3.0)), rel=1e-12)
+    assert np.isnan(fit_order(lrs, [1.0, np.nan, 0.0, np.inf])).all()

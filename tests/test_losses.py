@@ -175,3 +175,21 @@ def test_all_positions_objective_is_the_mean_over_prefixes(key, residual):
     for dense in (True, False):
         got = jit_sequence_loss(m, tokens, all_positions=True, dense=dense)
         assert float(got) == pytest.approx(np.mean(terms), rel=1e-12)
+
+
+def test_sequence_loss_module_keeps_its_options(key):
+    from gflow import SequenceLoss
+
+    chain = MarkovChain.default()
+    m = AttentionModel.init(d_vocab=4, d_model=6, init_scale=0.7, key=key)
+    tokens = chain.sample(key=jax.random.key(2), batch=8, length=7)
+    for all_positions in (False, True):
+        for dense in (None, False):
+            fn = SequenceLoss(tokens, all_positions=all_positions, dense=dense)
+            expected = jit_sequence_loss(
+                m, tokens, all_positions=all_positions, dense=dense
+            )
+            assert float(fn(m)) == pytest.approx(float(expected), rel=1e-12)
+    assert float(SequenceLoss(tokens, all_positions=True)(m)) != pytest.approx(
+        float(SequenceLoss(tokens)(m)), rel=1e-6
+    )

@@ -245,3 +245,10 @@ def test_more_bad_solver_settings():
         StiffSwitch(stability=0.0)
     assert RKC2(safety=1.0).safety == 1.0 and RKC2(max_stages=2).max_stages == 2
     assert StiffSwitch().order(None) == RKC2().order(None) == 2
+
+
+def test_solvers_func_is_the_vector_field():
+    term = diffrax.ODETerm(_decay)
+    y = jnp.arange(4.0)
+    for solver in (RKC2(), StiffSwitch()):
+        np.testing.assert_array_equal(solver.func(term, 0.3, y, None), -LAM * y)

@@ -1,0 +1,97 @@
+"""The mutation score of gflow's numerical core, from a finished ``mutmut run``.
+
+Run from the project root after ``mutmut run``::
+
+    python tests/mutation/score.py [--survivors]
+
+It reads mutmut's per-file results (``mutants/**/*.meta``) and the triaged list of
+equivalent mutants (``tests/mutation/equivalent.txt``: one mutant name per line,
+grouped under ``# reason`` comments), and prints per file and in total: killed,
+survived, not covered by any selected test, timed out, not checked, equivalent, and
+
+    score = killed / (killed + survived + not covered - equivalent survivors)
+
+Timeouts are left out of the score both ways (a loaded machine can time out a
+healthy test), and so are mutants not checked yet; both are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).parent
+KILLED, SURVIVED, NO_TESTS = {1, 3}, {0}, {5, 33}
+TIMEOUT = {24, -24, 36, 152, 255}
+
+
+def equivalents(path: Path = HERE / "equivalent.txt") -> set[str]:
+    """Mutant names recorded as equivalent (comments and blank lines skipped)."""
+    if not path.exists():
+        return set()
+    names = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return {n for n in names if n}
+
+
+def results(root: Path = Path("mutants")) -> dict[str, dict[str, int | None]]:
+    """source file -> {mutant name: exit code (None: not checked)}."""
+    out = {}
+    for meta in sorted(root.glob("gflow/**/*.py.meta")):
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        out[str(meta.relative_to(root))[: -len(".meta")]] = codes
+    return out
+
+
+def tally(codes: dict[str, int | None], equivalent: set[str]) -> Counter:
+    c = Counter()
+    for name, code in codes.items():
+        if code is None:
+            c["unchecked"] += 1
+        elif code in KILLED:
+            c["killed"] += 1
+        elif code in TIMEOUT:
+            c["timeout"] += 1
+        elif name in equivalent:
+            c["equivalent"] += 1
+        elif code in SURVIVED:
+            c["survived"] += 1
+        elif code in NO_TESTS:
+            c["no_tests"] += 1
+        else:
+            c["other"] += 1
+    return c
+
+
+def score(c: Counter) -> float:
+    live = c["killed"] + c["survived"] + c["no_tests"]
+    return 100.0 * c["killed"] / live if live else float("nan")
+
+
+def main(argv: list[str]) -> int:
+    equivalent = equivalents()
+    by_file = results()
+    if not by_file:
+        print("no mutmut results: run `mutmut run` first", file=sys.stderr)
+        return 2
+    cols = ("killed", "survived", "no_tests", "equivalent", "timeout", "unchecked")
+    print(f"{'file':28s}" + "".join(f"{c:>11s}" for c in cols) + f"{'score':>8s}")
+    total = Counter()
+    for path, codes in by_file.items():
+        c = tally(codes, equivalent)
+        total += c
+        row = "".join(f"{c[k]:11d}" for k in cols)
+        print(f"{path:28s}{row}{score(c):7.1f}%")
+    row = "".join(f"{total[k]:11d}" for k in cols)
+    print(f"{'total':28s}{row}{score(total):7.1f}%")
+    if "--survivors" in argv:
+        for codes in by_file.values():
+            for name, code in codes.items():
+                if code in SURVIVED | NO_TESTS and name not in equivalent:
+                    print(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
