@@ -209,6 +209,29 @@ def test_a_fall_after_the_lifting_is_no_dilution_of_cycle_one():
     _assert_edges(detect_stages(traj, pi=PI), edges)
 
 
+@pytest.mark.parametrize(
+    "loss, end",
+    [
+        ([21.0, 2.0, 1.0], 1.0),  # L - min L at exactly 5% of its initial value
+        ([2.0, 1.0, 1.0, 1.0], 1.0),
+        ([1.0, 1.0, 1.0], None),  # a flat loss: nothing condenses
+    ],
+)
+def test_condensation_from_the_loss_alone(loss, end):
+    traj = _flat(np.zeros(len(loss)))
+    del traj.metrics["unigram_gap"]
+    traj.metrics["loss"] = np.asarray(loss)
+    stages = detect_stages(traj, pi=PI)
+    assert stages == ([] if end is None else [Stage("condensation", 0.0, end, 1)])
+
+
+def test_moves_finds_every_fall_after_a_rise():
+    t = np.arange(9.0)
+    x = np.array([0.0, 1.0, 2.0, 1.0, 0.0, 1.0, 2.0, 1.0, 0.0])
+    assert moves(t, x, sign=-1) == [(3.0, 4.0, 2.0), (7.0, 8.0, 2.0)]
+    assert moves(t, x, sign=+1) == [(1.0, 2.0, 2.0), (5.0, 6.0, 2.0)]
+
+
 @pytest.mark.parametrize("k", [1, 2])
 def test_fewer_singular_values_end_the_cycles_earlier(k):
     """With σ₁ alone nothing lifts; with σ₁, σ₂ cycle 2 has no lifting of its own
@@ -273,6 +296,8 @@ def _flat(gap, t=None):
     "gap, end",
     [
         ([1.0, 0.5, 0.05, 0.01], 2.0),  # exactly 5% of the initial gap ends it
+        ([1.0, 0.5, 0.05, 0.05], 2.0),  # ... even when it goes no lower
+        ([1.0, 0.0, 0.0, 0.0], 1.0),  # the first gap alone must be positive
         ([1.0, 0.2, 0.04, 0.04], 2.0),
         ([2.0, 1.0, 0.5, 0.08], 3.0),  # 4% of an initial gap of 2
         ([1.0, 0.5, 0.2, 0.1], None),  # never down to 5%: no condensation
