@@ -202,3 +202,19 @@ def test_bad_learning_rates_and_counts(setup, kwargs, match):
     }
     with pytest.raises(ValueError, match=match):
         run_optimizer(loss, model, kwargs.pop("optimizer"), **kwargs)
+
+
+def test_a_non_finite_gradient_in_one_block_is_a_divergence(setup):
+    """The loss stays finite while W_E's gradient is NaN (the gradient of a where
+    over a NaN branch): the run diverges at step 0 and keeps the initial model."""
+    loss, model = setup
+
+    def nan_grad_in_W_E(m):
+        x = jnp.sum(m.W_E**2)
+        return loss(m) + jnp.where(x < 0, jnp.sqrt(-x), 0.0)
+
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+    tr = run_optimizer(nan_grad_in_W_E, model, opt, steps=3, save_every=1)
+    assert tr.status == "diverged" and tr.stats["diverged_step"] == 0
+    np.testing.assert_array_equal(tr.final.W_E, model.W_E)
+    assert tr.stats["diverged_time"] == 0.0

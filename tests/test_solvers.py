@@ -214,10 +214,11 @@ def test_rkc2_restarts_its_power_iteration_on_a_zero_jacobian():
     np.testing.assert_allclose(tracked.f0, jnp.ones(3))
 
 
-@pytest.mark.parametrize("h, stiff", [(0.001, False), (0.5, True)])
+@pytest.mark.parametrize("h, stiff", [(0.001, False), (0.006, True), (0.5, True)])
 def test_stiff_switch_takes_the_explicit_step_until_h_rho_leaves_its_interval(h, stiff):
-    """h ρ = 0.48 (safety 1.2): a Tsit5 step, bit for bit; h ρ = 240: an RKC2 step,
-    whose error estimate is scaled by stiff_error_scale."""
+    """With ρ = 400 and safety 1.2: h ρ = 0.48 takes a Tsit5 step, bit for bit;
+    1.2 h ρ = 2.88 (just above the interval 2.5) and 240 take RKC2 steps, whose
+    error estimates are scaled by stiff_error_scale."""
     switch = StiffSwitch(stiff_error_scale=7.0)
     _, (y1, err, _, state, _) = _one_step(switch, h)
     if stiff:
@@ -244,11 +245,28 @@ def test_more_bad_solver_settings():
     with pytest.raises(ValueError, match="stability"):
         StiffSwitch(stability=0.0)
     assert RKC2(safety=1.0).safety == 1.0 and RKC2(max_stages=2).max_stages == 2
+    assert RKC2(power_iters=1, init_power_iters=1).init_power_iters == 1
     assert StiffSwitch().order(None) == RKC2().order(None) == 2
 
 
-def test_solvers_func_is_the_vector_field():
-    term = diffrax.ODETerm(_decay)
+def test_solvers_pass_time_and_args_to_the_vector_field():
+    """y' = -a y + t with args a: func, RKC2 and StiffSwitch see t and a."""
+    term = diffrax.ODETerm(lambda t, y, a: -a * y + t)
     y = jnp.arange(4.0)
     for solver in (RKC2(), StiffSwitch()):
-        np.testing.assert_array_equal(solver.func(term, 0.3, y, None), -LAM * y)
+        np.testing.assert_array_equal(solver.func(term, 0.3, y, LAM), -LAM * y + 0.3)
+        sol = diffrax.diffeqsolve(
+            term,
+            solver,
+            t0=0.0,
+            t1=1.0,
+            dt0=0.001,
+            y0=jnp.ones(4),
+            args=LAM,
+            saveat=diffrax.SaveAt(t1=True),
+            stepsize_controller=diffrax.PIDController(rtol=1e-7, atol=1e-10),
+        )
+        lam = np.asarray(LAM)
+        # y = (1 + 1/a²) e^{-a t} + t/a - 1/a²
+        exact = (1 + 1 / lam**2) * np.exp(-lam) + 1 / lam - 1 / lam**2
+        np.testing.assert_allclose(sol.ys[-1], exact, rtol=1e-3)
