@@ -51,6 +51,8 @@ def test_departure_time():
     assert departure_time(t, [0, 0.05, 0.2, 0.3, 1.0], 0.1) == 2.0
     assert departure_time(t, [0, 0.05, 0.02, 0.03, 0.01], 0.1) is None
     assert departure_time(t, [0, 0.05, np.nan, 0.0, 0.0], 0.1) == 2.0
+    # a distance equal to the threshold does not exceed it
+    assert departure_time(t, [0, 0.1, 0.1, 0.3, 0.0], 0.1) == 3.0
 
 
 def test_modified_loss_value(setup):
@@ -130,6 +132,11 @@ def test_stage_times_formats():
         time: float
 
     assert stage_times([Stage("escape", 15.0)]) == {"escape": 15.0}
+    assert stage_times([{"name": "focus", "t": 4.0}]) == {"focus": 4.0}
+    # gflow's own stages have no ``time`` attribute: their t_start is the time
+    from gflow import Stage as GStage
+
+    assert stage_times([GStage("focus", 2.0, 5.0, 1)]) == {"focus": 2.0}
 
 
 def test_stage_shifts_difference(setup):
@@ -197,6 +204,8 @@ def test_richardson_at_second_order_on_uneven_grids(setup):
     # times that differ by 1e-7 relative are not the same times
     late = shifted(np.arange(7) * 0.1, 0.1, jitter=1e-7)
     assert richardson(a, late, ref, order=2.0)["times"] == 1  # t = 0 alone
+    late_ref = shifted([0.0, 0.3, 0.6], 0.0, jitter=1e-7)
+    assert richardson(a, b, late_ref, order=2.0)["times"] == 1
     assert richardson(a, b, shifted([0.0], 0.0, jitter=0.5), order=2.0)["times"] == 1
     nothing = {"error": None, "times": 0}
     assert richardson(a, b, shifted([0.05], 0.0), order=2.0) == nothing

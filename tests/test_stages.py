@@ -78,6 +78,7 @@ def test_turning_points_of_a_zigzag():
         ([0, 1, 0], [0, 1, 2]),
         ([0, 1, 0.5, 0.6], [0, 1, 2, 3]),  # a turn of exactly the threshold counts
         ([1, 1.2, 1.1], [0, 2]),  # no significant move
+        ([0, 0.5, 0.5, 0.0], [0, 1, 3]),  # a first move of exactly the threshold
     ],
 )
 def test_turning_points_edge_cases(x, points):
@@ -399,3 +400,4 @@ def test_missing_metrics_and_bad_stage():
         Stage("plateau", 0.0, 1.0, 1)
     with pytest.raises(ValueError):
         Stage("focus", 2.0, 1.0, 1)
+    assert Stage("focus", 1.0, 1.0, 1).t_end == 1.0  # a stage may take no time
