@@ -4,15 +4,20 @@ Run from the project root after ``mutmut run``::
 
     python tests/mutation/score.py [--survivors]
 
-It reads mutmut's per-file results (``mutants/**/*.meta``) and the triaged list of
-equivalent mutants (``tests/mutation/equivalent.txt``: one mutant name per line,
-grouped under ``# reason`` comments), and prints per file and in total: killed,
-survived, not covered by any selected test, timed out, not checked, equivalent, and
+It reads mutmut's per-file results (``mutants/**/*.meta``) and the triaged
+survivors (``tests/mutation/equivalent.txt``: one mutant name per line, under
+section lines ``## equivalent: why`` or ``## boundary: why``), and prints per file
+and in total: killed, survived, not covered by any selected test, equivalent,
+boundary-only, timed out, not checked, and
 
-    score = killed / (killed + survived + not covered - equivalent survivors)
+    score  = killed / (killed + survived + not covered)   (triaged ones left out)
+    strict = the same with the boundary-only mutants counted as survivors
 
-Timeouts are left out of the score both ways (a loaded machine can time out a
-healthy test), and so are mutants not checked yet; both are printed.
+Equivalent mutants compute the same results (a float cast of float arrays, a sign
+variable's magnitude). Boundary-only mutants differ only when a float lands exactly
+on a threshold (``<`` for ``<=``) of a continuous signal. Timeouts are left out of
+the score both ways (a loaded machine can time out a healthy test), and so are
+mutants not checked yet; both are printed.
 """
 
 from __future__ import annotations
@@ -27,12 +32,19 @@ KILLED, SURVIVED, NO_TESTS = {1, 3}, {0}, {5, 33}
 TIMEOUT = {24, -24, 36, 152, 255}
 
 
-def equivalents(path: Path = HERE / "equivalent.txt") -> set[str]:
-    """Mutant names recorded as equivalent (comments and blank lines skipped)."""
-    if not path.exists():
-        return set()
-    names = (line.split("#")[0].strip() for line in path.read_text().splitlines())
-    return {n for n in names if n}
+def equivalents(path: Path = HERE / "equivalent.txt") -> dict[str, str]:
+    """Mutant name -> its kind, ``equivalent`` or ``boundary``, from the sections."""
+    out, kind = {}, None
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if line.startswith("## "):
+            kind = line[3:].split(":")[0].strip()
+            if kind not in ("equivalent", "boundary"):
+                raise ValueError(f"{path}: unknown section {line!r}")
+        elif line.split("#")[0].strip():
+            if kind is None:
+                raise ValueError(f"{path}: {line!r} comes before any section")
+            out[line.split("#")[0].strip()] = kind
+    return out
 
 
 def results(root: Path = Path("mutants")) -> dict[str, dict[str, int | None]]:
@@ -44,7 +56,7 @@ def results(root: Path = Path("mutants")) -> dict[str, dict[str, int | None]]:
     return out
 
 
-def tally(codes: dict[str, int | None], equivalent: set[str]) -> Counter:
+def tally(codes: dict[str, int | None], equivalent: dict[str, str]) -> Counter:
     c = Counter()
     for name, code in codes.items():
         if code is None:
@@ -54,7 +66,7 @@ def tally(codes: dict[str, int | None], equivalent: set[str]) -> Counter:
         elif code in TIMEOUT:
             c["timeout"] += 1
         elif name in equivalent:
-            c["equivalent"] += 1
+            c[equivalent[name]] += 1
         elif code in SURVIVED:
             c["survived"] += 1
         elif code in NO_TESTS:
@@ -64,8 +76,9 @@ def tally(codes: dict[str, int | None], equivalent: set[str]) -> Counter:
     return c
 
 
-def score(c: Counter) -> float:
+def score(c: Counter, strict: bool = False) -> float:
     live = c["killed"] + c["survived"] + c["no_tests"]
+    live += c["boundary"] if strict else 0
     return 100.0 * c["killed"] / live if live else float("nan")
 
 
@@ -75,16 +88,25 @@ def main(argv: list[str]) -> int:
     if not by_file:
         print("no mutmut results: run `mutmut run` first", file=sys.stderr)
         return 2
-    cols = ("killed", "survived", "no_tests", "equivalent", "timeout", "unchecked")
-    print(f"{'file':28s}" + "".join(f"{c:>11s}" for c in cols) + f"{'score':>8s}")
+    cols = (
+        "killed",
+        "survived",
+        "no_tests",
+        "equivalent",
+        "boundary",
+        "timeout",
+        "unchecked",
+    )
+    head = "".join(f"{c:>11s}" for c in cols)
+    print(f"{'file':24s}{head}{'score':>8s}{'strict':>8s}")
     total = Counter()
     for path, codes in by_file.items():
         c = tally(codes, equivalent)
         total += c
         row = "".join(f"{c[k]:11d}" for k in cols)
-        print(f"{path:28s}{row}{score(c):7.1f}%")
+        print(f"{path:24s}{row}{score(c):7.1f}%{score(c, True):7.1f}%")
     row = "".join(f"{total[k]:11d}" for k in cols)
-    print(f"{'total':28s}{row}{score(total):7.1f}%")
+    print(f"{'total':24s}{row}{score(total):7.1f}%{score(total, True):7.1f}%")
     if "--survivors" in argv:
         for codes in by_file.values():
             for name, code in codes.items():
