@@ -193,3 +193,15 @@ def test_sequence_loss_module_keeps_its_options(key):
     assert float(SequenceLoss(tokens, all_positions=True)(m)) != pytest.approx(
         float(SequenceLoss(tokens)(m)), rel=1e-6
     )
+
+
+def test_a_one_token_context_is_a_bigram_lookup(key):
+    """s = 1: the query attends to itself alone, so the logits are M[x_1]."""
+    m = AttentionModel.init(d_vocab=4, d_model=6, init_scale=0.9, key=key)
+    tokens = jnp.array([[0, 1], [2, 2], [3, 0]])
+    M = np.asarray(m.M)
+    logp = M - np.log(np.exp(M).sum(axis=1, keepdims=True))
+    expected = -np.mean([logp[0, 1], logp[2, 2], logp[3, 0]])
+    for dense in (True, False):
+        got = jit_sequence_loss(m, tokens, dense=dense)
+        assert float(got) == pytest.approx(expected, rel=1e-12)

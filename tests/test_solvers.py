@@ -270,3 +270,24 @@ def test_solvers_pass_time_and_args_to_the_vector_field():
         # y = (1 + 1/a²) e^{-a t} + t/a - 1/a²
         exact = (1 + 1 / lam**2) * np.exp(-lam) + 1 / lam - 1 / lam**2
         np.testing.assert_allclose(sol.ys[-1], exact, rtol=1e-3)
+
+
+def test_stage_counts_at_their_edges():
+    """s = 1 + ⌊√(1 + 1.54 h ρ)⌋: 2 for a non-stiff step, 3 up to h ρ = 8/1.54."""
+    from gflow.solvers.rkc import num_stages
+
+    for h_rho, s in ((0.0, 2), (5.0, 3), (5.1, 3), (5.2, 4), (240.0, 20)):
+        assert int(num_stages(jnp.asarray(h_rho))) == s, h_rho
+    # a step sized by a small ρ: 1.2 h ρ = 6 with ρ = 0.5 gives 4 stages
+    term = diffrax.ODETerm(lambda t, y, args: -0.5 * y)
+    y0 = jnp.ones(2)
+    state = RKC2().init(term, 0.0, 10.0, y0, None)
+    *_, new, _ = RKC2().step(term, 0.0, 10.0, y0, None, state, False)
+    assert int(new.max_stages) == 4
+    *_, new, _ = RKC2().step(term, 0.0, 0.1, y0, None, state, False)
+    assert int(new.max_stages) == 2  # never fewer than two stages
+    # exactly max_stages stages are allowed; the count never exceeds it
+    _, (_, err, _, new, _) = _one_step(RKC2(max_stages=20), 0.5)
+    assert np.all(np.isfinite(np.asarray(err))) and int(new.max_stages) == 20
+    _, (_, err, _, new, _) = _one_step(RKC2(max_stages=19), 0.5)
+    assert np.all(np.isinf(np.asarray(err))) and int(new.max_stages) == 19
