@@ -206,6 +206,11 @@ def test_richardson_at_second_order_on_uneven_grids(setup):
     assert richardson(a, late, ref, order=2.0)["times"] == 1  # t = 0 alone
     late_ref = shifted([0.0, 0.3, 0.6], 0.0, jitter=1e-7)
     assert richardson(a, b, late_ref, order=2.0)["times"] == 1
+    # near t = 0 only the absolute tolerance 1e-12 applies: 1e-10 is another time
+    early = dataclasses.replace(b, t=np.r_[1e-10, b.t[1:]])
+    assert richardson(a, early, ref, order=2.0)["times"] == 2
+    early_ref = dataclasses.replace(ref, t=np.r_[1e-10, ref.t[1:]])
+    assert richardson(a, b, early_ref, order=2.0)["times"] == 2
     assert richardson(a, b, shifted([0.0], 0.0, jitter=0.5), order=2.0)["times"] == 1
     nothing = {"error": None, "times": 0}
     assert richardson(a, b, shifted([0.05], 0.0), order=2.0) == nothing
