@@ -178,6 +178,9 @@ def test_a_given_optimizer_state_and_the_default_saves(setup):
     assert tr.t[-1] == pytest.approx(200.0, rel=1e-9)
     assert tr.stats["grad_evals"] == 1000 + 2 * 201
     assert tr.info == {"kind": "optimizer", "steps": 1000}
+    assert tr.params is None  # snapshots only when asked for
+    one = run_optimizer(loss, model, opt, steps=1)  # a single step is a run
+    assert one.t[-1] == pytest.approx(0.1) and len(one.t) == 2
     assert tr.stats["steps"] == 1000 and "diverged_step" not in tr.stats
 
 
