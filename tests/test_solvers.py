@@ -291,3 +291,24 @@ def test_stage_counts_at_their_edges():
     assert np.all(np.isfinite(np.asarray(err))) and int(new.max_stages) == 20
     _, (_, err, _, new, _) = _one_step(RKC2(max_stages=19), 0.5)
     assert np.all(np.isinf(np.asarray(err))) and int(new.max_stages) == 19
+
+
+def test_rkc2_step_is_its_chebyshev_stability_polynomial():
+    """On y' = -λ y one s-stage step multiplies y by R_s(-h λ), R_s(z) = a_s + b_s
+    T_s(w0 + w1 z), with w0 = 1 + ε/s², w1 = T_s'(w0)/T_s''(w0),
+    b_s = T_s''(w0)/T_s'(w0)² and a_s = 1 - b_s T_s(w0) (Verwer et al.'s RKC2)."""
+    from numpy.polynomial import chebyshev as C
+
+    from gflow.solvers.rkc import DAMPING
+
+    for h in (0.003, 0.05, 0.5):
+        _, (y1, *_, state, _) = _one_step(RKC2(), h)
+        s = int(state.max_stages)
+        T = np.zeros(s + 1)
+        T[-1] = 1.0
+        w0 = 1.0 + DAMPING / s**2
+        d1, d2 = C.chebval(w0, C.chebder(T)), C.chebval(w0, C.chebder(T, 2))
+        w1, b = d1 / d2, d2 / d1**2
+        a = 1.0 - b * C.chebval(w0, T)
+        R = a + b * C.chebval(w0 - w1 * h * np.asarray(LAM), T)
+        np.testing.assert_allclose(y1, R, rtol=1e-9, atol=1e-14)
