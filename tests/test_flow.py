@@ -8,6 +8,7 @@ import pytest
 
 import gflow
 from gflow import AttentionModel, solve_flow
+from gflow.solvers import RKC2
 
 
 def test_flow_decreases_loss_and_reports_stats(setup):
@@ -230,3 +231,57 @@ def test_statuses_for_a_failed_and_a_non_finite_solve(setup):
             stepsize_controller=constant,
         )
         assert tr.status == "diverged"
+
+
+class _Indexed(eqx.Module):
+    """A model with an integer leaf: only the float leaves flow."""
+
+    W: jax.Array
+    idx: jax.Array
+
+
+def test_non_float_leaves_stay_put_and_reach_the_loss():
+    """L = Σ_k (W[idx_k] - 1)²: the indexed entries relax as 1 + (W0 - 1) e^{-2t}."""
+    model = _Indexed(W=jnp.zeros(4), idx=jnp.asarray([1, 3]))
+    tr = solve_flow(
+        lambda m: jnp.sum((m.W[m.idx] - 1.0) ** 2),
+        model,
+        t1=1.0,
+        ts=[0.0, 1.0],
+        rtol=1e-10,
+        atol=1e-12,
+    )
+    np.testing.assert_allclose(
+        tr.final.W, [0, 1 - np.exp(-2), 0, 1 - np.exp(-2)], rtol=1e-8, atol=1e-12
+    )
+    np.testing.assert_array_equal(tr.final.idx, [1, 3])
+
+
+def test_progress_meter_choice(monkeypatch):
+    from gflow.flow import _progress_meter
+
+    assert isinstance(_progress_meter(False), diffrax.NoProgressMeter)
+    bar = _progress_meter(True)
+    assert isinstance(bar, diffrax.TqdmProgressMeter) and bar.refresh_steps == 200
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False)
+    assert isinstance(_progress_meter(None), diffrax.NoProgressMeter)
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    assert isinstance(_progress_meter(None), diffrax.TqdmProgressMeter)
+
+
+def test_evaluations_of_a_solve_whose_only_step_was_rejected(setup):
+    """No accepted step: the count is the solver state's (RKC2's cold start, 1 + 2·30
+    evaluations), with nothing to charge the rejected step from."""
+    loss, model = setup
+    tr = solve_flow(
+        loss,
+        model,
+        t1=50.0,
+        dt0=50.0,
+        solver=RKC2(),
+        max_steps=1,
+        ts=[0.0, 50.0],
+    )
+    assert tr.status == "max_steps"
+    assert (tr.stats["num_steps"], tr.stats["num_accepted_steps"]) == (1, 0)
+    assert tr.stats["grad_evals"] == 1 + 2 * 30
