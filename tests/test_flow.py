@@ -168,6 +168,7 @@ def test_euler_with_constant_steps_is_gradient_descent(setup):
     s = flow.stats
     assert (s["num_steps"], s["num_rejected_steps"]) == (steps, 0)
     assert s["grad_evals"] == 1 + steps and s["t_reached"] == pytest.approx(1.0)
+    assert s["max_steps"] == 1_000_000 and flow.params is None  # the defaults
     assert flow.info == {
         "kind": "flow",
         "solver": "Euler",
@@ -221,7 +222,11 @@ def test_statuses_for_a_failed_and_a_non_finite_solve(setup):
             return -x + jnp.where(x > 2.25 * x0, jnp.sqrt(-x), 0.0)
 
     x0 = float(jnp.sum(model.W_E**2))
-    for solver in (diffrax.Euler(), _FailingEuler()):
+    for solver, budget in (
+        (diffrax.Euler(), 1000),
+        (_FailingEuler(), 1000),
+        (diffrax.Euler(), 50),
+    ):  # the last one runs out of steps
         tr = solve_flow(
             _NaNAfter(),
             model,
@@ -229,6 +234,7 @@ def test_statuses_for_a_failed_and_a_non_finite_solve(setup):
             dt0=0.01,
             solver=solver,
             stepsize_controller=constant,
+            max_steps=budget,
         )
         assert tr.status == "diverged"
 
@@ -285,3 +291,33 @@ def test_evaluations_of_a_solve_whose_only_step_was_rejected(setup):
     assert tr.status == "max_steps"
     assert (tr.stats["num_steps"], tr.stats["num_accepted_steps"]) == (1, 0)
     assert tr.stats["grad_evals"] == 1 + 2 * 30
+
+
+def test_evaluations_per_step_of_other_solvers():
+    from gflow.flow import grad_evals_per_step
+
+    class Counted:
+        grad_evals_per_step = 3
+
+    assert grad_evals_per_step(Counted()) == 3
+    assert grad_evals_per_step(object()) is None
+
+
+@pytest.mark.parametrize(
+    "t0, t1, ts, ok",
+    [
+        (0.0, 100.0, [0.0, 100.0 + 5e-8], True),  # within 1e-9 relative of t1
+        (0.0, 0.5, [0.0, 0.5 + 8e-10], True),  # within 1e-9 absolute below 1
+        (0.0, 0.5, [0.0, 0.5 + 1.5e-9], False),
+        (-100.0, 0.001, [-100.0 - 5e-8, 0.0], True),  # relative to |t0|
+        (0.0, 1.0, [[0.0, 1.0]], False),  # not 1-D
+    ],
+)
+def test_save_times_tolerate_clock_round_off_only(setup, t0, t1, ts, ok):
+    loss, model = setup
+    if not ok:
+        with pytest.raises(ValueError, match="ts"):
+            solve_flow(loss, model, t0=t0, t1=t1, ts=ts)
+        return
+    tr = solve_flow(loss, model, t0=t0, t1=t1, ts=ts, atol=0.0, rtol=1e-3)
+    np.testing.assert_allclose(tr.t, [t0, t1] if t0 == 0 else [t0, 0.0])
