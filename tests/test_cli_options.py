@@ -47,6 +47,7 @@ def _snapshot(params, k):
     return jax.tree.map(lambda x: x[k] if eqx.is_array(x) else x, params)
 
 
+@pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_flow_options(tmp_path, monkeypatch):
     """--seed --d-model --tau --rtol --atol --unfactorised --residual --float32
     --max-steps in one run (one compilation), and report --out on its directory."""
@@ -117,6 +118,7 @@ def _heavy_ball_second_step(params, lr, beta):
     return jax.tree.map(lambda p, a, b: p - lr * (a + beta * b), p1, g1, g0)
 
 
+@pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_sweep_momentum_beta_threshold_init_scale_seed(tmp_path):
     out = tmp_path / "run"
     argv = ["--quiet", "sweep", "--optimizer", "momentum", "--beta", "0.5",
@@ -144,6 +146,7 @@ def test_sweep_momentum_beta_threshold_init_scale_seed(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-15)
 
 
+@pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_sweep_adam_beta(tmp_path):
     out = tmp_path / "run"
     argv = ["--quiet", "sweep", "--optimizer", "adam", "--beta", "0.8",
@@ -179,6 +182,7 @@ def test_sweep_adam_beta(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-12)
 
 
+@pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_compare_command(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["--quiet", "compare", "--optimizer", "momentum", "--lr", "0.25",
@@ -210,6 +214,7 @@ def test_compare_command(tmp_path, capsys):
     assert "compare.png" in (out / "report.html").read_text()
 
 
+@pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_text_tokenizer_max_chars_lrs_all_positions_topk_float64(tmp_path):
     rng = np.random.default_rng(0)
     words = ["The", "cat", "Sat", "on", "the", "MAT", "a", "dog"]

@@ -24,13 +24,10 @@ from gflow import (
     GradientField,
     MarkovChain,
     ModifiedFlowReference,
-    SequenceLoss,
     attention_entropy,
     population_logits,
     population_loss,
-    sequence_loss,
     singular_values,
-    solve_flow,
     stationary_distribution,
 )
 from gflow.solvers import RKC2, RKCState
@@ -162,22 +159,6 @@ def test_population_logits_are_attention_weighted_rows_of_M(small):
     assert float(population_loss(model, chain)) == pytest.approx(expected, rel=1e-10)
 
 
-def test_sequence_loss_module_equals_the_function_and_keeps_its_options(small):
-    chain, model = small
-    tokens = chain.sample(key=jax.random.key(5), batch=6, length=9)
-    for all_positions in (False, True):
-        fn = SequenceLoss(tokens, all_positions=all_positions)
-        assert float(fn(model)) == pytest.approx(
-            float(sequence_loss(model, tokens, all_positions=all_positions)), 1e-12
-        )
-    assert float(SequenceLoss(tokens, all_positions=True)(model)) != pytest.approx(
-        float(SequenceLoss(tokens)(model)), rel=1e-6
-    )
-    # a full-batch flow of it descends
-    tr = solve_flow(SequenceLoss(tokens), model, t1=2.0, ts=[0.0, 2.0])
-    assert tr.status == "success" and tr.metrics["loss"][1] < tr.metrics["loss"][0]
-
-
 def test_gradient_field_is_minus_the_finite_difference_gradient(small):
     chain, model = small
     params, static = eqx.partition(model, eqx.is_inexact_array)
@@ -204,6 +185,7 @@ class _Quadratic(eqx.Module):
         return 0.5 * jnp.sum(self.a * model.W_E**2)
 
 
+@pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_flow_and_modified_flow_references_are_the_closed_forms(small):
     """Flow: W(t) = e^{-a t} W(0); GD's modified flow: e^{-(a + η a²/2) t} W(0)."""
     _, model = small

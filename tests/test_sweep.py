@@ -152,6 +152,7 @@ SHARDED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_sweep_shards_over_four_cpu_devices():
     env = dict(os.environ)
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"

@@ -30,6 +30,7 @@ def _story(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_text_command_writes_run_directory(tmp_path, capsys):
     corpus = _story(tmp_path / "story.txt")
     out = tmp_path / "run"
@@ -89,6 +90,7 @@ def test_text_command_errors_are_one_line(tmp_path, capsys):
     assert "local text file" in err and err.count("\n") == 2
 
 
+@pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_run_minibatch_matches_a_hand_loop():
     ids = np.random.default_rng(1).integers(0, 6, size=300).astype(np.int32)
     stream = WindowStream(ids, length=5, batch=16)
