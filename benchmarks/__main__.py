@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-table", action="store_true", help="do not touch BENCHMARKS.md")
     args = p.parse_args(argv)
     q = args.quick
-    from gflow.solvers import StiffSwitch
+    from gflow.dynamics.solvers import StiffSwitch
 
     from . import compile as compile_bench
     from . import (

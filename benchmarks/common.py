@@ -35,7 +35,7 @@ def timed(fn, *, repeats: int = 1):
 
 
 def flat(model) -> np.ndarray:
-    from gflow.hessian import flatten
+    from gflow.analysis.hessian import flatten
 
     return np.asarray(flatten(model)[0])
 
@@ -76,7 +76,7 @@ def machine() -> dict:
 
 
 def save(name: str, record: dict) -> Path:
-    from gflow.io import write_json
+    from gflow.runs.files import write_json
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

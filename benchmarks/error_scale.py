@@ -7,7 +7,7 @@ default of 100. Writes results/error_scale.json.
 
 from __future__ import annotations
 
-from gflow.solvers import StiffSwitch
+from gflow.dynamics.solvers import StiffSwitch
 
 from .common import default_problem, rel_error, save, solve_to, timed
 from .stiff import reference

@@ -13,8 +13,8 @@ import diffrax
 import jax
 
 from gflow import solve_flow
-from gflow.hessian import flatten
-from gflow.solvers import StiffSwitch
+from gflow.analysis.hessian import flatten
+from gflow.dynamics.solvers import StiffSwitch
 
 from .common import default_problem, save, timed
 

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import scipy.integrate
 
-from gflow.hessian import dense_hessian, flatten
+from gflow.analysis.hessian import dense_hessian, flatten
 
 from .common import default_problem, rel_error, save, solve_to, timed
 from .stiff import reference

@@ -12,7 +12,7 @@ import diffrax
 import numpy as np
 
 from gflow import solve_flow
-from gflow.solvers import RKC2, StiffSwitch
+from gflow.dynamics.solvers import RKC2, StiffSwitch
 
 from .common import RESULTS, default_problem, flat, rel_error, save, solve_to, timed
 

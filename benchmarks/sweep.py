@@ -15,7 +15,7 @@ import numpy as np
 import optax
 
 from gflow import MarkovChain, SequenceLoss
-from gflow.optim import StepClock, run_core
+from gflow.dynamics.optimizer_run import StepClock, run_core
 
 from .common import default_problem, save, timed
 

@@ -113,7 +113,7 @@ def main():
     (args.out / "text_loss_cost.json").write_text(
         json.dumps({"meta": meta, "records": records}, indent=2) + "\n"
     )
-    from gflow.plotting import plt, save_figure
+    from gflow.plotting.figure import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     ds = [r["d"] for r in records]

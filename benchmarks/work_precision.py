@@ -18,8 +18,8 @@ import jax
 import numpy as np
 
 from gflow import solve_flow
-from gflow.hessian import max_eigenvalue
-from gflow.solvers import RKC2, StiffSwitch
+from gflow.analysis.hessian import max_eigenvalue
+from gflow.dynamics.solvers import RKC2, StiffSwitch
 
 from .common import RESULTS, default_problem, flat, save
 
@@ -156,7 +156,7 @@ def stiffness_trace(*, t1: float = 3000.0, n: int = 31) -> dict:
 
 
 def plot(record) -> None:
-    from gflow.plotting import plt, save_figure
+    from gflow.plotting.figure import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, row in record["solvers"].items():
@@ -177,7 +177,7 @@ def plot(record) -> None:
 
 
 def plot_trace(record) -> None:
-    from gflow.plotting import plt, save_figure
+    from gflow.plotting.figure import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     t = record["t"]

@@ -34,20 +34,14 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
-import optax  # noqa: E402
 
 from gflow import PopulationLoss, solve_flow  # noqa: E402
-from gflow.compare import compare  # noqa: E402
-from gflow.references import FlowReference  # noqa: E402
-from gflow.runs import FlowConfig  # noqa: E402
-from gflow.sharpness import (  # noqa: E402
-    GD_STABILITY,
-    adam_stability,
-    heavy_ball_stability,
-    predicted_departure,
-    sharpness_along,
-)
-from gflow.sweep import run_sweep  # noqa: E402
+from gflow.analysis.compare import compare  # noqa: E402
+from gflow.analysis.sharpness import predicted_departure, sharpness_along  # noqa: E402
+from gflow.dynamics.optimizers import SGD, Adam, Momentum  # noqa: E402
+from gflow.dynamics.references.flow import FlowReference  # noqa: E402
+from gflow.dynamics.sweep import run_sweep  # noqa: E402
+from gflow.runs.flow_run import FlowConfig  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,28 +59,27 @@ class Config:
 
 def optimizers(cfg: Config):
     """name -> (optimizer, lrs, clock horizon, stability constant c, clock speed)."""
-    inj = optax.inject_hyperparams
     speed = 1.0 / (1.0 - cfg.beta)  # heavy ball: flow time per unit of Σ η
     return {
         "sgd": (
-            inj(optax.sgd)(learning_rate=0.1),
+            SGD().transform(),
             cfg.sgd_lrs,
             cfg.t1,
-            GD_STABILITY,
+            SGD().stability,
             1,
         ),
         "momentum": (
-            inj(optax.sgd)(learning_rate=0.1, momentum=cfg.beta),
+            Momentum(beta=cfg.beta).transform(),
             cfg.momentum_lrs,
             cfg.t1 / speed,
-            heavy_ball_stability(cfg.beta),
+            Momentum(beta=cfg.beta).stability,
             speed,
         ),
         "adam": (
-            inj(optax.adam)(learning_rate=0.1, b1=cfg.beta),
+            Adam(beta=cfg.beta).transform(),
             cfg.adam_lrs,
             cfg.adam_t1,
-            adam_stability(cfg.beta),
+            Adam(beta=cfg.beta).stability,
             1,
         ),
     }
@@ -199,7 +192,7 @@ def table(results: dict) -> str:
 
 def plot(out_dir: Path) -> None:
     """Per optimizer: λ_max with c/η, and τ predicted vs measured (from files)."""
-    from gflow.plotting_sweep import plot_departure_records
+    from gflow.plotting.sweep import plot_departure_records
 
     results = json.loads((out_dir / "results.json").read_text())
     plot_departure_records(results, out_dir / "departure.png")

@@ -35,9 +35,10 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-from gflow.io import load_trajectory, read_json, save_trajectory, write_json  # noqa
-from gflow.runs import FlowConfig, run_flow  # noqa: E402
-from gflow.stages import detect_stages, growth  # noqa: E402
+from gflow.analysis.stages import StageDetector, detect_stages  # noqa: E402
+from gflow.runs.files import read_json, write_json  # noqa
+from gflow.runs.flow_run import FlowConfig, run_flow  # noqa: E402
+from gflow.runs.trajectory_files import load_trajectory, save_trajectory  # noqa
 
 OUT = Path("experiments/results/markov_cycle")
 DOC = Path("docs/markov_cycle.md")
@@ -198,7 +199,7 @@ def measure(cfg: Config, *, out: Path = OUT) -> dict:
     for delta in cfg.deltas:
         tr, fc = _load(out, f"delta_{delta:g}")
         sv2 = tr.metrics["sv_W_E"][:, 1]
-        g = growth(tr.t, sv2, after=100.0)
+        g = StageDetector().growth(tr.t, sv2, after=100.0)
         late = tr.t >= tr.t[-1] / 2  # growth rate of ln σ₂ over the second half
         rate = np.polyfit(tr.t[late], np.log(sv2[late]), 1)[0]
         e_rows.append(
@@ -247,15 +248,15 @@ def measure(cfg: Config, *, out: Path = OUT) -> dict:
 def critical(*, out: Path = OUT, t_plateau: float = 40.0, horizon: float = 15.0):
     """Claim 3: the critical point near the unigram plateau, its spectrum, and the
     linearised flow exp(−Ht)δθ₀ against the actual flow from the plateau state."""
-    from gflow.critical import (
+    from gflow.analysis.critical import (
         block_weights,
         hessian_spectrum,
         linearised_flow,
         newton_critical_point,
     )
-    from gflow.flow import solve_flow
-    from gflow.hessian import extreme_eigenpairs, flatten
-    from gflow.losses import PopulationLoss
+    from gflow.analysis.hessian import extreme_eigenpairs, flatten
+    from gflow.dynamics.flow import solve_flow
+    from gflow.problems.losses import PopulationLoss
 
     fc = FlowConfig(t1=t_plateau, num_saves=Config().num_saves)
     chain = fc.chain()
@@ -412,7 +413,7 @@ def table(res: dict) -> str:
 
 def plot(cfg: Config, res: dict, *, out: Path = OUT) -> None:
     """One panel per claim, from the saved runs."""
-    from gflow.plotting import plt, save_figure
+    from gflow.plotting.figure import plt, save_figure
 
     fig, axes = plt.subplots(3, 3, figsize=(14, 11))
     ax = axes[0, 0]

@@ -54,8 +54,8 @@ class ExperimentConfig:
 
 def run(cfg: ExperimentConfig, *, key: int = 0):
     """Run GD and Adam on one corpus and write a ``gflow text`` run directory."""
-    from gflow.plotting_text import plot_attention_rows, plot_text_summary
-    from gflow.text.run import TextConfig, prepare, run_text, write_text_run
+    from gflow.plotting.text import plot_attention_rows, plot_text_summary
+    from gflow.runs.text_run import TextConfig, prepare, run_text, write_text_run
 
     tcfg = TextConfig(
         corpus=str(CORPORA[cfg.corpus]),
@@ -120,7 +120,8 @@ def pattern(t, on_top, rows, q, top_id, *, margin=0.05):
 
 def report():
     """Pattern numbers for every corpus and run found under OUT."""
-    from gflow.io import load_trajectory, read_json
+    from gflow.runs.files import read_json
+    from gflow.runs.trajectory_files import load_trajectory
 
     summary = {}
     for corpus in CORPORA:

@@ -1,7 +1,8 @@
 """Do heavy ball and Adam converge to their ODEs as η → 0, and at which order?
 
 Question: with β = 1 − γη (the memory time 1/γ fixed in flow time, see
-``gflow.optimizer_odes``), heavy ball in EMA form (optax ``sgd(learning_rate=η(1 − β),
+``gflow.dynamics.references.optimizer_odes``), heavy ball in EMA form
+(optax ``sgd(learning_rate=η(1 − β),
 momentum=β)``) and Adam (optax ``adam(b1=1 − γ₁η, b2=1 − γ₂η)``) are first-order
 discretisations of ``MomentumODEReference`` and ``AdamODEReference``. Measure
 error(η) = max_t |θ_η(t) − θ_ODE(t)| over a grid of η and fit the order (expected ≈ 1).
@@ -29,9 +30,13 @@ jax.config.update("jax_enable_x64", True)
 import optax  # noqa: E402
 
 from gflow import PopulationLoss  # noqa: E402
-from gflow.optimizer_odes import AdamODEReference, MomentumODEReference  # noqa: E402
-from gflow.runs import FlowConfig  # noqa: E402
-from gflow.sweep import compare_sweep, run_sweep  # noqa: E402
+from gflow.analysis.sweep_compare import compare_sweep  # noqa: E402
+from gflow.dynamics.references.optimizer_odes import (  # noqa: E402
+    AdamODEReference,
+    MomentumODEReference,
+)
+from gflow.dynamics.sweep import run_sweep  # noqa: E402
+from gflow.runs.flow_run import FlowConfig  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,108 +1,154 @@
-"""gflow: gradient-flow simulator for the training dynamics of attention."""
+"""gflow: gradient-flow simulator for the training dynamics of attention.
 
-from .data import MarkovChain, stationary_distribution
-from .flow import GradientField, solve_flow
-from .io import load_run, load_trajectory, save_trajectory
-from .losses import (
-    PopulationLoss,
-    SequenceLoss,
-    population_attention,
-    population_logits,
-    population_loss,
-    sequence_loss,
-)
-from .model import AttentionModel
-from .observables import (
-    MarkovObservables,
-    attention_entropy,
-    entropy,
-    evaluate_metrics,
-    gradient_norm,
-    singular_values,
-)
-from .optim import run_optimizer
-from .trajectory import Trajectory, parameter_distance
+Public names are re-exported here, grouped by layer; each layer imports only the
+layers listed before it (the contract is in pyproject.toml).
+"""
 
-__version__ = "0.1.0"
+import importlib.metadata
+
+# Text: corpora, tokenisers, windows, text observables (a vertical slice).
+from gflow import text as text
+from gflow.analysis.compare import compare as compare
+from gflow.analysis.compare import departure_time as departure_time
+from gflow.analysis.compare import fit_order as fit_order
+
+# Analysis: what it means (observables, stages, comparisons, sharpness).
+from gflow.analysis.observables import MarkovObservables as MarkovObservables
+from gflow.analysis.observables import attention_entropy as attention_entropy
+from gflow.analysis.observables import entropy as entropy
+from gflow.analysis.observables import singular_values as singular_values
+from gflow.analysis.sharpness import predicted_departure as predicted_departure
+from gflow.analysis.sharpness import sharpness_along as sharpness_along
+from gflow.analysis.stage_observables import StageObservables as StageObservables
+from gflow.analysis.stage_observables import effective_rank as effective_rank
+from gflow.analysis.stage_observables import token_coordinates as token_coordinates
+from gflow.analysis.stages import Stage as Stage
+from gflow.analysis.stages import StageDetector as StageDetector
+from gflow.analysis.stages import detect_stages as detect_stages
+from gflow.analysis.sweep_compare import compare_sweep as compare_sweep
+
+# Dynamics: how it moves (flows, optimizers on the shared clock, references, sweeps).
+from gflow.dynamics import solvers as solvers
+from gflow.dynamics.flow import GradientField as GradientField
+from gflow.dynamics.flow import solve_flow as solve_flow
+from gflow.dynamics.metrics import evaluate_metrics as evaluate_metrics
+from gflow.dynamics.metrics import gradient_norm as gradient_norm
+from gflow.dynamics.optimizer_run import run_optimizer as run_optimizer
+from gflow.dynamics.optimizers import OPTIMIZERS as OPTIMIZERS
+from gflow.dynamics.optimizers import SGD as SGD
+from gflow.dynamics.optimizers import AbstractOptimizer as AbstractOptimizer
+from gflow.dynamics.optimizers import Adam as Adam
+from gflow.dynamics.optimizers import Momentum as Momentum
+from gflow.dynamics.optimizers import optimizer_named as optimizer_named
+from gflow.dynamics.references.base import AbstractReference as AbstractReference
+from gflow.dynamics.references.flow import FlowReference as FlowReference
+from gflow.dynamics.references.flow import (
+    ModifiedFlowReference as ModifiedFlowReference,
+)
+from gflow.dynamics.references.flow import ModifiedLoss as ModifiedLoss
+from gflow.dynamics.references.optimizer_odes import (
+    AdamODEReference as AdamODEReference,
+)
+from gflow.dynamics.references.optimizer_odes import (
+    MomentumODEReference as MomentumODEReference,
+)
+from gflow.dynamics.sweep import SweepRun as SweepRun
+from gflow.dynamics.sweep import member_mesh as member_mesh
+from gflow.dynamics.sweep import run_sweep as run_sweep
+from gflow.dynamics.trajectory import STATUSES as STATUSES
+from gflow.dynamics.trajectory import Trajectory as Trajectory
+from gflow.dynamics.trajectory import parameter_distance as parameter_distance
+from gflow.problems.losses import PopulationLoss as PopulationLoss
+from gflow.problems.losses import SequenceLoss as SequenceLoss
+from gflow.problems.losses import population_attention as population_attention
+from gflow.problems.losses import population_logits as population_logits
+from gflow.problems.losses import population_loss as population_loss
+from gflow.problems.losses import sequence_loss as sequence_loss
+
+# Problems: what is learned (models, Markov data, losses).
+from gflow.problems.markov import MarkovChain as MarkovChain
+from gflow.problems.markov import stationary_distribution as stationary_distribution
+from gflow.problems.model import AttentionModel as AttentionModel
+from gflow.runs.load import load_run as load_run
+from gflow.runs.report import write_report as write_report
+from gflow.runs.resumable_flow import solve_flow_resumable as solve_flow_resumable
+from gflow.runs.resumable_sweep import run_sweep_resumable as run_sweep_resumable
+
+# Runs: configured, saved, resumable runs and their directories.
+from gflow.runs.trajectory_files import load_trajectory as load_trajectory
+from gflow.runs.trajectory_files import save_trajectory as save_trajectory
+from gflow.text import PositionalAttentionModel as PositionalAttentionModel
+from gflow.text import TextLoss as TextLoss
+from gflow.text import TextObservables as TextObservables
+from gflow.text import Vocabulary as Vocabulary
+from gflow.text import WindowStream as WindowStream
+from gflow.text import fixed_sample as fixed_sample
+from gflow.text import load_corpus as load_corpus
+
+__version__ = importlib.metadata.version("gflow")
 
 __all__ = [
+    "AbstractOptimizer",
+    "AbstractReference",
+    "Adam",
+    "AdamODEReference",
     "AttentionModel",
+    "FlowReference",
     "GradientField",
     "MarkovChain",
     "MarkovObservables",
+    "ModifiedFlowReference",
+    "ModifiedLoss",
+    "Momentum",
+    "MomentumODEReference",
+    "OPTIMIZERS",
     "PopulationLoss",
+    "PositionalAttentionModel",
+    "SGD",
+    "STATUSES",
     "SequenceLoss",
+    "Stage",
+    "StageDetector",
+    "StageObservables",
+    "SweepRun",
+    "TextLoss",
+    "TextObservables",
     "Trajectory",
+    "Vocabulary",
+    "WindowStream",
     "attention_entropy",
+    "compare",
+    "compare_sweep",
+    "departure_time",
+    "detect_stages",
+    "effective_rank",
     "entropy",
     "evaluate_metrics",
+    "fit_order",
+    "fixed_sample",
     "gradient_norm",
+    "load_corpus",
     "load_run",
     "load_trajectory",
+    "member_mesh",
+    "optimizer_named",
     "parameter_distance",
     "population_attention",
     "population_logits",
     "population_loss",
+    "predicted_departure",
     "run_optimizer",
+    "run_sweep",
+    "run_sweep_resumable",
     "save_trajectory",
     "sequence_loss",
+    "sharpness_along",
     "singular_values",
     "solve_flow",
+    "solve_flow_resumable",
+    "solvers",
     "stationary_distribution",
-]
-
-# Issue 3: stage observables and stage detection.
-from .diagnostics import StageObservables, effective_rank, token_coordinates  # noqa: E402
-from .stages import Stage, detect_stages  # noqa: E402
-
-__all__ += [
-    "Stage",
-    "StageObservables",
-    "detect_stages",
-    "effective_rank",
+    "text",
     "token_coordinates",
-]
-
-# issue 4: flow versus optimizers (comparisons, learning-rate sweeps, references)
-from .compare import compare, departure_time, fit_order  # noqa: E402
-from .optimizer_odes import AdamODEReference, MomentumODEReference  # noqa: E402
-from .references import FlowReference, ModifiedFlowReference, ModifiedLoss  # noqa: E402
-from .sharpness import predicted_departure, sharpness_along  # noqa: E402
-from .sweep import compare_sweep, member_mesh, run_sweep  # noqa: E402
-
-__all__ += [
-    "AdamODEReference",
-    "FlowReference",
-    "ModifiedFlowReference",
-    "ModifiedLoss",
-    "MomentumODEReference",
-    "compare",
-    "compare_sweep",
-    "departure_time",
-    "fit_order",
-    "member_mesh",
-    "predicted_departure",
-    "run_sweep",
-    "sharpness_along",
-]
-
-# Issue 6: natural text (corpora, tokenisers, windows, text observables).
-from .text import (  # noqa: E402
-    PositionalAttentionModel,
-    TextLoss,
-    TextObservables,
-    Vocabulary,
-    WindowStream,
-    fixed_sample,
-    load_corpus,
-)
-
-__all__ += [
-    "PositionalAttentionModel",
-    "TextLoss",
-    "TextObservables",
-    "Vocabulary",
-    "WindowStream",
-    "fixed_sample",
-    "load_corpus",
+    "write_report",
 ]

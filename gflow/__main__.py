@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from gflow.cli.main import main
 
 sys.exit(main())

@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from gflow.cli import main
-from gflow.io import load_run
+from gflow.cli.main import main
+from gflow.runs.load import load_run
 
 
 def test_flow_command_writes_a_run_directory(tmp_path, capsys):

@@ -1,9 +1,10 @@
 """A fuzzed command line (issue 18): malformed values for every option of every command.
 
-The options are discovered from ``gflow.cli.build_parser()``, so a new option is fuzzed
-without touching this file, or fails here until it has a strategy (an unknown argparse
+The options are discovered from ``gflow.cli.main.build_parser()``, so a new option is
+fuzzed without touching this file, or fails here until it has a strategy (an unknown
+argparse
 type) or a valid range (a number whose valid values are not the default). For each
-drawn malformed value, ``gflow.cli.main`` runs in process and must: return 2, print
+drawn malformed value, ``gflow.cli.main.main`` runs in process and must: return 2, print
 exactly one line on stderr that names the option (or the field it sets), print no
 traceback, and leave nothing behind in a fresh ``--out`` directory. Everything is
 validated before any JAX compilation, so each example costs milliseconds; while fuzzing,
@@ -25,11 +26,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gflow.cli import build_parser, main
-from gflow.commands import common
-from gflow.runs import SOLVERS, FlowConfig
-from gflow.sweep_run import SweepConfig
-from gflow.text.run import METHODS
+from gflow.cli import common
+from gflow.cli.main import build_parser, main
+from gflow.runs.flow_run import SOLVERS, FlowConfig
+from gflow.runs.sweep_run import SweepConfig
+from gflow.runs.text_run import METHODS
 from gflow.text.tokenize import TOKENIZERS
 
 FUZZ = settings(
@@ -276,10 +277,10 @@ def _refuse_to_run(*args, **kwargs):
 # What each command runs once its settings are validated: while fuzzing, reaching one
 # fails the example at once (instead of after a compilation and a run).
 RUNS = [
-    ("gflow.runs", "run_flow"),
-    ("gflow.sweep_run", "run_sweep_config"),
-    ("gflow.optim", "run_optimizer"),
-    ("gflow.text.run", "run_text"),
+    ("gflow.runs.flow_run", "run_flow"),
+    ("gflow.runs.sweep_run", "run_sweep_config"),
+    ("gflow.dynamics.optimizer_run", "run_optimizer"),
+    ("gflow.runs.text_run", "run_text"),
 ]
 
 
@@ -318,7 +319,7 @@ def _snapshot(ws):
 
 
 def _run(argv):
-    """(exit status, stderr) of ``gflow.cli.main(argv)`` in process."""
+    """(exit status, stderr) of ``gflow.cli.main.main(argv)`` in process."""
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         status = main(argv)

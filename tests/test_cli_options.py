@@ -20,14 +20,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import gflow.runs
+import gflow.runs.flow_run
 from gflow import PopulationLoss, parameter_distance
-from gflow.cli import build_parser, main
-from gflow.errors import UsageError
-from gflow.io import load_run, load_trajectory
-from gflow.runs import FlowConfig
+from gflow.cli.errors import UsageError
+from gflow.cli.main import build_parser, main
+from gflow.runs.flow_run import FlowConfig
+from gflow.runs.load import load_run
+from gflow.runs.text_run import TextConfig, init_model, prepare
+from gflow.runs.trajectory_files import load_trajectory
 from gflow.text import text_loss
-from gflow.text.run import TextConfig, init_model, prepare
 from gflow.text.tokenize import TOKENIZERS
 
 
@@ -52,13 +53,13 @@ def test_flow_options(tmp_path, monkeypatch):
     """--seed --d-model --tau --rtol --atol --unfactorised --residual --float32
     --max-steps in one run (one compilation), and report --out on its directory."""
     calls = []
-    solve = gflow.runs.solve_flow_resumable
+    solve = gflow.runs.flow_run.solve_flow_resumable
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return solve(*args, **kwargs)
 
-    monkeypatch.setattr(gflow.runs, "solve_flow_resumable", spy)
+    monkeypatch.setattr(gflow.runs.flow_run, "solve_flow_resumable", spy)
     out = tmp_path / "run"
     argv = ["--quiet", "flow", "--t1", "2", "--num-saves", "3", "--segments", "1",
             "--init-scale", "0.3", "--seed", "1", "--d-model", "8", "--tau", "0.5",
@@ -194,7 +195,7 @@ def test_compare_command(tmp_path, capsys):
     assert (rec["optimizer"], rec["lr"], rec["beta"], rec["t1"]) == (
         "momentum", 0.25, 0.5, 0.5
     )  # fmt: skip
-    assert rec["status"] == "ok" and rec["threshold"] == 1e-12
+    assert rec["status"] == "success" and rec["threshold"] == 1e-12
     assert rec["departure_time"] == 0.25  # the first save after t = 0
     assert (out / "compare.png").stat().st_size > 0
     run = load_run(out)

@@ -6,22 +6,18 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss, Trajectory
-from gflow.compare import (
+from gflow.analysis.compare import (
     compare,
     departure_time,
     richardson,
     stage_shifts,
     stage_times,
 )
-from gflow.hessian import dense_hessian
-from gflow.observables import gradient_norm
-from gflow.references import ModifiedLoss
-from gflow.sharpness import (
-    adam_stability,
-    heavy_ball_stability,
-    predicted_departure,
-    sharpness_along,
-)
+from gflow.analysis.hessian import dense_hessian
+from gflow.analysis.sharpness import predicted_departure, sharpness_along
+from gflow.dynamics.metrics import gradient_norm
+from gflow.dynamics.optimizers import SGD, Adam, Momentum, optimizer_named
+from gflow.dynamics.references.flow import ModifiedLoss
 
 
 @pytest.fixture(scope="module")
@@ -234,8 +230,14 @@ def eqx_is_float(x):
 
 
 def test_stability_bounds():
-    assert heavy_ball_stability(0.9) == pytest.approx(3.8)
-    assert adam_stability(0.9) == pytest.approx(38.0)
+    assert SGD().stability == 2.0
+    assert Momentum(beta=0.9).stability == pytest.approx(3.8)
+    assert Adam(beta=0.9).stability == pytest.approx(38.0)
+    assert optimizer_named("momentum", 0.5) == Momentum(beta=0.5)
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
+        optimizer_named("lion")
+    with pytest.raises(ValueError, match="beta must lie in"):
+        Adam(beta=1.0)
     t = np.arange(4.0)
     lam = np.array([0.5, 1.0, 3.0, 5.0])
     assert predicted_departure(t, lam, 1.0, 2.0) == 2.0
@@ -243,7 +245,7 @@ def test_stability_bounds():
 
 
 def test_fit_order_recovers_a_power_law_and_skips_bad_errors():
-    from gflow.compare import fit_order
+    from gflow.analysis.compare import fit_order
 
     lrs = np.array([0.4, 0.2, 0.1, 0.05])
     p, c = fit_order(lrs, 3.0 * lrs**1.5)

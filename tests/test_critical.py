@@ -1,4 +1,4 @@
-"""Critical points, Hessian spectra and the linearised flow (gflow/critical.py)."""
+"""Critical points, Hessian spectra and the linearised flow (analysis/critical.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,13 +7,13 @@ import pytest
 import scipy.linalg
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss
-from gflow.critical import (
+from gflow.analysis.critical import (
     block_weights,
     hessian_spectrum,
     linearised_flow,
     newton_critical_point,
 )
-from gflow.hessian import extreme_eigenpairs
+from gflow.analysis.hessian import extreme_eigenpairs
 
 PI = np.array([0.75, 0.19, 0.05, 0.01])
 M_WIDTH = 3

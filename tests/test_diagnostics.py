@@ -1,4 +1,4 @@
-"""Known-answer tests for the stage observables (gflow/diagnostics.py)."""
+"""Known-answer tests for the stage observables (analysis/stage_observables.py)."""
 
 import equinox as eqx
 import jax
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel, MarkovChain, population_loss
-from gflow.diagnostics import (
+from gflow.analysis.observables import entropy
+from gflow.analysis.stage_observables import (
     StageObservables,
     align_signs,
     cosine,
@@ -15,7 +16,7 @@ from gflow.diagnostics import (
     sequence_attention,
     token_coordinates,
 )
-from gflow.observables import entropy, evaluate_metrics
+from gflow.dynamics.metrics import evaluate_metrics
 
 PI = np.array([0.75, 0.19, 0.05, 0.01])
 

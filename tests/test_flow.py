@@ -8,7 +8,7 @@ import pytest
 
 import gflow
 from gflow import AttentionModel, solve_flow
-from gflow.solvers import RKC2
+from gflow.dynamics.solvers import RKC2
 
 
 def test_flow_decreases_loss_and_reports_stats(setup):
@@ -135,7 +135,7 @@ def test_same_configuration_gives_bit_identical_results(setup):
     ],
 )
 def test_grad_evals_per_step_from_the_tableau(solver, per_step):
-    from gflow.flow import grad_evals_per_step
+    from gflow.dynamics.flow import grad_evals_per_step
 
     tableau = getattr(solver, "tableau", None)
     if tableau is not None and not tableau.implicit:
@@ -264,7 +264,7 @@ def test_non_float_leaves_stay_put_and_reach_the_loss():
 
 
 def test_progress_meter_choice(monkeypatch):
-    from gflow.flow import _progress_meter
+    from gflow.dynamics.flow import _progress_meter
 
     assert isinstance(_progress_meter(False), diffrax.NoProgressMeter)
     bar = _progress_meter(True)
@@ -294,7 +294,7 @@ def test_evaluations_of_a_solve_whose_only_step_was_rejected(setup):
 
 
 def test_evaluations_per_step_of_other_solvers():
-    from gflow.flow import grad_evals_per_step
+    from gflow.dynamics.flow import grad_evals_per_step
 
     class Counted:
         grad_evals_per_step = 3

@@ -3,7 +3,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss
-from gflow.hessian import dense_hessian, extreme_eigenpairs, flatten, hvp, lanczos
+from gflow.analysis.hessian import (
+    dense_hessian,
+    extreme_eigenpairs,
+    flatten,
+    hvp,
+    lanczos,
+)
 
 
 def _setup():

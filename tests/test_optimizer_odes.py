@@ -4,8 +4,12 @@ import numpy as np
 import optax
 import pytest
 
-from gflow.optimizer_odes import AdamODEReference, MomentumODEReference
-from gflow.sweep import compare_sweep, run_sweep
+from gflow.analysis.sweep_compare import compare_sweep
+from gflow.dynamics.references.optimizer_odes import (
+    AdamODEReference,
+    MomentumODEReference,
+)
+from gflow.dynamics.sweep import run_sweep
 
 LRS = (0.04, 0.02, 0.01)
 

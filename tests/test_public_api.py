@@ -30,7 +30,7 @@ from gflow import (
     singular_values,
     stationary_distribution,
 )
-from gflow.solvers import RKC2, RKCState
+from gflow.dynamics.solvers import RKC2, RKCState
 from gflow.text import HUB_CORPORA, TOKENIZERS, load_corpus, query_rows
 
 TESTS = Path(__file__).parent

@@ -1,5 +1,6 @@
 import base64
 import io
+import os
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -8,10 +9,10 @@ import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
 import pytest
 
-from gflow.cli import main
-from gflow.io import write_json
-from gflow.plotting import save_figure
-from gflow.report import render_report
+from gflow.cli.main import main
+from gflow.plotting.figure import save_figure
+from gflow.runs.files import write_json
+from gflow.runs.report import render_report
 
 
 class _Images(HTMLParser):
@@ -59,8 +60,31 @@ def test_report_of_a_non_run_directory_is_a_clear_error(tmp_path, capsys):
     assert "config.json" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")
+def _chromium() -> str:
+    """The chromium binary; skip without one, except in CI, which must have it."""
+    path = shutil.which("chromium")
+    if path is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(
+                "CI=true but chromium is not installed: .ci/run installs Debian's "
+                "chromium package (apt-get install chromium)"
+            )
+        pytest.skip("chromium not installed (CI installs it)")
+    return path
+
+
+def test_browser_test_fails_in_ci_without_chromium(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="chromium is not installed"):
+        _chromium()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception):
+        _chromium()
+
+
 def test_report_renders_in_headless_chromium(tmp_path):
+    chromium = _chromium()
     _run_dir(tmp_path)
     (tmp_path / "r.html").write_text(render_report(tmp_path))
     # every <img> must have a decoded width > 0 once the page has loaded
@@ -79,7 +103,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     )
     out = subprocess.run(
         [
-            "chromium",
+            chromium,
             "--headless",
             "--no-sandbox",
             "--disable-gpu",

@@ -1,8 +1,10 @@
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import gflow.resume as resume
+import gflow.runs.resumable_flow as resume
 from gflow import (
     AttentionModel,
     MarkovChain,
@@ -10,7 +12,7 @@ from gflow import (
     PopulationLoss,
     solve_flow,
 )
-from gflow.resume import CHECKPOINT, solve_flow_resumable
+from gflow.runs.resumable_flow import solve_flow_resumable
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +77,8 @@ def test_interrupted_and_resumed_equals_uninterrupted(setup, tmp_path, monkeypat
     with pytest.raises(KeyboardInterrupt):
         solve_flow_resumable(loss, model, checkpoint_dir=ck, **kw)
     monkeypatch.setattr(resume, "solve_flow", real)
-    assert (ck / CHECKPOINT).exists()
+    assert (ck / "segment-000.npz").exists()
+    assert not (ck / "segment-001.npz").exists()
     again = solve_flow_resumable(loss, model, checkpoint_dir=ck, **kw)
     assert again.info["resumed_from_segment"] == 0
     np.testing.assert_array_equal(again.t, full.t)
@@ -99,3 +102,60 @@ def test_wrong_configuration_is_refused(setup, tmp_path):
         solve_flow_resumable(
             loss, model, t1=2.0, segments=2, rtol=1e-3, checkpoint_dir=tmp_path
         )
+
+
+def test_resuming_with_another_loss_is_refused(setup, tmp_path):
+    """Regression: the fingerprint ignored the loss, so resuming with another chain
+    (same model, same settings) silently continued the wrong run."""
+    loss, model, _ = setup
+    solve_flow_resumable(loss, model, t1=2.0, segments=2, checkpoint_dir=tmp_path)
+    other = PopulationLoss(MarkovChain.from_lambda(pi=(0.5, 0.3, 0.2), lam=0.5))
+    with pytest.raises(ValueError, match="different configuration"):
+        solve_flow_resumable(other, model, t1=2.0, segments=2, checkpoint_dir=tmp_path)
+    # the same loss rebuilt from the same chain is the same run: it resumes
+    again = solve_flow_resumable(
+        PopulationLoss(MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)),
+        model,
+        t1=2.0,
+        segments=2,
+        checkpoint_dir=tmp_path,
+    )
+    assert again.info["resumed_from_segment"] == 1
+
+
+class _Cubic(eqx.Module):
+    """L(θ) = −Σθ³/3: the flow dθ/dt = θ² blows up at t = 1/θ₀."""
+
+    def __call__(self, model):
+        return -jnp.sum(model.theta**3) / 3.0
+
+
+class _Point(eqx.Module):
+    theta: jax.Array
+
+
+def test_a_failed_segment_is_checkpointed_and_not_recomputed(tmp_path, monkeypatch):
+    """Regression: a segment that hit NaN kept its partial trajectory but wrote no
+    checkpoint, so a resume recomputed it (and lost what it had shown)."""
+    model = _Point(jnp.array([4.0 / 3.0]))  # blows up at t = 0.75, in segment 1
+    kw = dict(t1=1.5, segments=3, ts=np.linspace(0, 1.5, 16), max_steps=2000)
+    first = solve_flow_resumable(_Cubic(), model, checkpoint_dir=tmp_path, **kw)
+    assert first.status != "success"
+    assert 0.5 < first.t[-1] <= 0.75
+    # the partial segment 1 is on disk with its status; segment 2 never started
+    assert (tmp_path / "segment-001.npz").exists()
+    assert not (tmp_path / "segment-002.npz").exists()
+    with np.load(tmp_path / "segment-001.npz") as data:
+        assert str(data["status"]) == first.status
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a checkpointed segment was solved again")
+
+    monkeypatch.setattr(resume, "solve_flow", fail)
+    again = solve_flow_resumable(_Cubic(), model, checkpoint_dir=tmp_path, **kw)
+    assert again.status == first.status
+    np.testing.assert_array_equal(again.t, first.t)
+    np.testing.assert_array_equal(again.metrics["loss"], first.metrics["loss"])
+    np.testing.assert_allclose(
+        first.metrics["loss"][0], -((4 / 3) ** 3) / 3, rtol=1e-12
+    )

@@ -1,12 +1,15 @@
-"""The stage detector (gflow/stages.py) on constructed signals with known times."""
+"""The stage detector (analysis/stages.py) on constructed signals with known times."""
 
 import json
 
 import numpy as np
 import pytest
 
-from gflow.stages import Stage, detect_stages, growth, moves, turning_points
-from gflow.trajectory import Trajectory
+from gflow.analysis.stages import Stage, StageDetector, detect_stages, turning_points
+from gflow.dynamics.trajectory import Trajectory
+
+moves = StageDetector().moves
+growth = StageDetector().growth
 
 PI = np.array([0.75, 0.19, 0.05, 0.01])
 H_PI = float(-np.sum(PI * np.log(PI)))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gflow.cli import main
+from gflow.cli.main import main
 
 FOUR = ["condensation", "focus", "dilution", "asymmetry_lifting"]
 

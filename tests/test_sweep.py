@@ -10,9 +10,9 @@ import optax
 import pytest
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss, run_optimizer
-from gflow.compare import fit_order
-from gflow.hessian import max_eigenvalue
-from gflow.sweep import run_sweep, save_steps
+from gflow.analysis.compare import fit_order
+from gflow.analysis.hessian import max_eigenvalue
+from gflow.dynamics.sweep import run_sweep, save_steps
 
 TRACES = []
 
@@ -63,7 +63,7 @@ def test_members_match_single_runs(setup):
         np.testing.assert_allclose(
             run.member(m).final.W_E, single.final.W_E, rtol=1e-10
         )
-        assert run.status(m) == "ok"
+        assert run.status(m) == "success"
 
 
 def test_new_step_sizes_do_not_recompile(setup):
@@ -100,7 +100,7 @@ def test_diverged_member_does_not_spoil_the_others(setup):
     loss, model, opt = setup
     alone = run_sweep(loss, model, opt, [0.1, 0.05, 0.2], t1=2.0, num_saves=5)
     mixed = run_sweep(loss, model, opt, [0.1, 1e6, 0.2], t1=2.0, num_saves=5)
-    assert [mixed.status(m) for m in range(3)] == ["ok", "diverged", "ok"]
+    assert [mixed.status(m) for m in range(3)] == ["success", "diverged", "success"]
     assert mixed.diverged_step[1] >= 0 and mixed.diverged_step[0] == -1
     assert np.isnan(mixed.loss[1, -1])
     np.testing.assert_allclose(mixed.loss[[0, 2]], alone.loss[[0, 2]], rtol=1e-12)
@@ -132,7 +132,7 @@ SHARDED = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import numpy as np, optax
     from gflow import AttentionModel, MarkovChain, PopulationLoss
-    from gflow.sweep import member_mesh, run_sweep
+    from gflow.dynamics.sweep import member_mesh, run_sweep
     assert jax.device_count() == 4, jax.devices()
     chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
     model = AttentionModel.init(d_vocab=3, d_model=3, init_scale=0.3,
@@ -169,7 +169,7 @@ def test_sweep_shards_over_four_cpu_devices():
 
 
 def test_departure_records_figure(tmp_path):
-    from gflow.plotting_sweep import plot_departure_records
+    from gflow.plotting.sweep import plot_departure_records
 
     member = {
         "lr": 2.0,

@@ -2,9 +2,9 @@ import numpy as np
 import optax
 import pytest
 
-import gflow.sweep_checkpoint as ck
-from gflow.sweep import run_sweep
-from gflow.sweep_checkpoint import chunk_path, run_sweep_resumable
+import gflow.runs.resumable_sweep as ck
+from gflow.dynamics.sweep import run_sweep
+from gflow.runs.resumable_sweep import chunk_path, run_sweep_resumable
 
 LRS = [0.2, 0.1, 0.05, 0.04, 0.02]
 
@@ -39,7 +39,7 @@ def test_chunked_sweep_equals_one_program(sgd_setup, tmp_path):
     assert chunked.info["resumed_chunks"] == 0 and chunked.info["chunk"] == 2
     for a, b in zip(_fields(whole), _fields(chunked)):
         np.testing.assert_allclose(a, b, rtol=1e-12)
-    assert [chunked.status(m) for m in range(5)] == ["ok"] * 5
+    assert [chunked.status(m) for m in range(5)] == ["success"] * 5
     np.testing.assert_allclose(chunked.member(4).t, whole.member(4).t)
 
 
@@ -81,7 +81,7 @@ def test_a_chunk_of_another_sweep_is_refused(sgd_setup, tmp_path):
     loss, model, opt = sgd_setup
     kw = dict(t1=1.0, num_saves=5, checkpoint_dir=tmp_path, chunk=2)
     run_sweep_resumable(loss, model, opt, [0.2, 0.1], fingerprint="x", **kw)
-    with pytest.raises(ValueError, match="different sweep configuration"):
+    with pytest.raises(ValueError, match="different configuration"):
         run_sweep_resumable(loss, model, opt, [0.2, 0.1], fingerprint="y", **kw)
     with pytest.raises(ValueError, match="chunk must be"):
         run_sweep_resumable(
@@ -93,8 +93,8 @@ def test_sweep_config_round_trips_through_json_and_resume_errors(tmp_path, capsy
     import dataclasses
     import json
 
-    from gflow.cli import main
-    from gflow.sweep_run import SweepConfig
+    from gflow.cli.main import main
+    from gflow.runs.sweep_run import SweepConfig
 
     cfg = SweepConfig(optimizer="momentum", lrs=(0.3, 0.1), chunk=3, beta=0.5)
     back = SweepConfig.from_dict(json.loads(json.dumps(dataclasses.asdict(cfg))))
@@ -113,9 +113,9 @@ def test_sweep_config_round_trips_through_json_and_resume_errors(tmp_path, capsy
 
 def test_load_run_gives_a_sweep_back(sgd_setup, tmp_path):
     from gflow import load_run
-    from gflow.io import write_json
-    from gflow.runs import FlowConfig
-    from gflow.sweep_run import SweepConfig, write_sweep_config
+    from gflow.runs.files import write_json
+    from gflow.runs.flow_run import FlowConfig
+    from gflow.runs.sweep_run import SweepConfig, write_sweep_config
 
     # the configuration of sgd_setup's chain and model, so nothing recompiles
     flow = FlowConfig(pi=(0.6, 0.3, 0.1), lam=0.5, d_model=3, init_scale=0.3, seed=1)

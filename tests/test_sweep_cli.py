@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gflow.cli import main
+from gflow.cli.main import main
 
 
 @pytest.mark.slow
@@ -14,7 +14,7 @@ def test_sgd_is_first_order_against_the_flow(tmp_path):
     assert main([*args, "--lrs", "0.4,0.2,0.1,0.05"]) == 0
     res = json.loads((out / "sweep.json").read_text())
     assert 0.85 <= res["order"] <= 1.15
-    assert [m["status"] for m in res["members"]] == ["ok"] * 4
+    assert [m["status"] for m in res["members"]] == ["success"] * 4
     errors = [m["error"] for m in res["members"]]
     assert errors == sorted(errors, reverse=True)
     # Richardson extrapolation beats the smallest step size

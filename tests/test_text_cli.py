@@ -11,8 +11,8 @@ import optax
 import pytest
 
 from gflow import AttentionModel
-from gflow.cli import main
-from gflow.io import load_trajectory
+from gflow.cli.main import main
+from gflow.runs.trajectory_files import load_trajectory
 from gflow.text import TextLoss, WindowStream, text_loss
 from gflow.text.train import run_minibatch
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel, sequence_loss
-from gflow.observables import entropy
+from gflow.analysis.observables import entropy
 from gflow.text import (
     PositionalAttentionModel,
     TextLoss,
@@ -171,6 +171,7 @@ def test_full_batch_loop_matches_optax_and_snapshot_observables(model, windows):
     that step (what the loop used to compute inside)."""
     import optax
 
+    from gflow.dynamics.optimizers import SGD, Adam
     from gflow.text.fullbatch import run_full_batch
     from gflow.text.observables import observe_snapshots
 
@@ -179,11 +180,11 @@ def test_full_batch_loop_matches_optax_and_snapshot_observables(model, windows):
     value_grad = eqx.filter_jit(eqx.filter_value_and_grad(loss))
     obs_jit = eqx.filter_jit(obs)
     for method, opt, lr in (
-        ("gd", optax.sgd(0.3), 0.3),
-        ("adam", optax.adam(0.05), 0.05),
+        (SGD(), optax.sgd(0.3), 0.3),
+        (Adam(), optax.adam(0.05), 0.05),
     ):
         got = run_full_batch(
-            loss, model, method=method, learning_rate=lr, steps=7, num_saves=3
+            loss, model, optimizer=method, learning_rate=lr, steps=7, num_saves=3
         )
         snap = observe_snapshots(obs, got.params)
         update = jax.jit(opt.update)
@@ -207,12 +208,13 @@ def test_full_batch_loop_matches_optax_and_snapshot_observables(model, windows):
 
 
 def test_full_batch_loop_stops_on_divergence(model, windows):
+    from gflow.dynamics.optimizers import SGD, Momentum
     from gflow.text.fullbatch import run_full_batch
 
     traj = run_full_batch(
         TextLoss(windows, d_vocab=D),
         model,
-        method="gd",
+        optimizer=SGD(),
         learning_rate=1e9,
         steps=7,
         num_saves=3,
@@ -222,6 +224,6 @@ def test_full_batch_loop_stops_on_divergence(model, windows):
     saved = np.array([0, 2, 4, 7])
     assert np.all(np.isnan(traj.metrics["loss"][saved > k]))
     assert np.isfinite(traj.metrics["loss"][0])
-    with pytest.raises(ValueError, match="method"):
-        run_full_batch(TextLoss(windows), model, method="sgd", learning_rate=0.1,
-                       steps=2, num_saves=1)  # fmt: skip
+    with pytest.raises(ValueError, match="optimizer must be"):
+        run_full_batch(TextLoss(windows), model, optimizer=Momentum(),
+                       learning_rate=0.1, steps=2, num_saves=1)  # fmt: skip

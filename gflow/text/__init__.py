@@ -1,9 +1,9 @@
 """Natural text (issue 6): corpora, tokenisers, windows, a positional option and the
 attention-row observables of query tokens."""
 
-from .corpus import HUB_CORPORA, load_corpus
-from .fullbatch import run_full_batch
-from .observables import (
+from gflow.text.corpus import HUB_CORPORA, load_corpus
+from gflow.text.fullbatch import run_full_batch
+from gflow.text.observables import (
     TextObservables,
     default_queries,
     observe_snapshots,
@@ -11,9 +11,15 @@ from .observables import (
     type_attention,
     window_attention,
 )
-from .positional import PositionalAttentionModel, TextLoss, text_loss
-from .tokenize import TOKENIZERS, UNK, ByteTokenizer, Vocabulary, WordTokenizer
-from .windows import WindowStream, fixed_sample
+from gflow.text.positional import PositionalAttentionModel, TextLoss, text_loss
+from gflow.text.tokenize import (
+    TOKENIZERS,
+    UNK,
+    ByteTokenizer,
+    Vocabulary,
+    WordTokenizer,
+)
+from gflow.text.windows import WindowStream, fixed_sample
 
 __all__ = [
     "HUB_CORPORA",

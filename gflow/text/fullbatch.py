@@ -20,23 +20,41 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jaxtyping import Scalar
 
-from ..optim import _is_bad
-from ..trajectory import Trajectory
+from gflow.dynamics.optimizer_step import guarded_step
+from gflow.dynamics.optimizers import SGD, Adam
+from gflow.dynamics.trajectory import Trajectory
+from gflow.dynamics.tree import tree_where
 
-#: Methods of ``run_full_batch``: the value of the traced ``adaptive`` flag.
-FULL_BATCH = {"gd": 0.0, "adam": 1.0}
+
+def gd_or_adam(
+    lr: Scalar, adaptive: Scalar, b1: float = 0.9
+) -> optax.GradientTransformation:
+    """``optax.adam(lr, b1)`` when the traced flag ``adaptive`` > 0, else
+    ``optax.sgd(lr)``.
+
+    Both branches run and one is selected, so GD and Adam share one compiled loop.
+    """
+    adam = optax.scale_by_adam(b1=b1)
+
+    def update(grads, state, params=None):
+        direction, state = adam.update(grads, state, params)
+        direction = tree_where(adaptive > 0, direction, grads)
+        return jax.tree.map(lambda d: -lr * d, direction), state
+
+    return optax.GradientTransformation(adam.init, update)
 
 
 @eqx.filter_jit
-def _loop(params, static, loss_fn, lr, adaptive, steps, save_every, *, num_saves):
+def _loop(params, static, loss_fn, lr, adaptive, steps, save_every, *, num_saves, b1):
     """Run ``steps`` steps (traced) and save at 0, e, 2e, ..., (n-1)e and ``steps``.
 
     Returns (loss [n+1], grad_norm [n+1], snapshots [n+1, ...], final params,
     diverged step or -1). Iteration k = steps only evaluates (no update), so the
     final save reuses the loop's one gradient.
     """
-    adam = optax.scale_by_adam()
+    optimizer = gd_or_adam(lr, adaptive, b1)
     dtype = jax.tree.leaves(params)[0].dtype
     n = num_saves
 
@@ -45,34 +63,29 @@ def _loop(params, static, loss_fn, lr, adaptive, steps, save_every, *, num_saves
 
     def body(k, carry):
         p, s, losses, norms, snaps, bad_at = carry
-        loss, g = grad_of(p)
+        frozen = bad_at >= 0
+        snap = p
+        p, s, bad_at, loss, g = guarded_step(
+            grad_of, optimizer, p, s, bad_at, k, active=k < steps
+        )
         sq = sum(jnp.sum(x**2) for x in jax.tree.leaves(g))
         # Where k is saved: k = j·e for j < n, and the last iteration (k = steps).
         j = jnp.where(k == steps, n, k // save_every)
         save = (k == steps) | ((k % save_every == 0) & (j < n))
-        frozen = bad_at >= 0
         nan = jnp.asarray(jnp.nan, dtype)
         rec_loss = jnp.where(frozen, nan, loss)
         rec_norm = jnp.where(frozen, nan, jnp.sqrt(sq))
         losses = losses.at[j].set(jnp.where(save, rec_loss, losses[j]))
         norms = norms.at[j].set(jnp.where(save, rec_norm, norms[j]))
         snaps = jax.tree.map(
-            lambda b, x: b.at[j].set(jnp.where(save, x, b[j])), snaps, p
+            lambda b, x: b.at[j].set(jnp.where(save, x, b[j])), snaps, snap
         )
-        u_adam, new_s = adam.update(g, s, p)
-        u = jax.tree.map(lambda a, b: jnp.where(adaptive > 0, a, b), u_adam, g)
-        new_p = jax.tree.map(lambda x, d: x - lr * d, p, u)
-        bad = _is_bad(loss, g, new_p, 1e8) & ~frozen & (k < steps)
-        bad_at = jnp.where(bad, k, bad_at)
-        move = (k < steps) & (bad_at < 0)
-        p = jax.tree.map(lambda a, b: jnp.where(move, b, a), p, new_p)
-        s = jax.tree.map(lambda a, b: jnp.where(move, b, a), s, new_s)
         return p, s, losses, norms, snaps, bad_at
 
     snaps = jax.tree.map(lambda x: jnp.zeros((n + 1, *x.shape), x.dtype), params)
     carry = (
         params,
-        adam.init(params),
+        optimizer.init(params),
         jnp.full(n + 1, jnp.nan, dtype),
         jnp.full(n + 1, jnp.nan, dtype),
         snaps,
@@ -86,7 +99,7 @@ def run_full_batch(
     loss_fn,
     model,
     *,
-    method: str,
+    optimizer: SGD | Adam,
     learning_rate: float,
     steps: int,
     num_saves: int,
@@ -96,7 +109,8 @@ def run_full_batch(
     Args:
         loss_fn: ``loss_fn(model) -> scalar`` (e.g. ``TextLoss``).
         model: initial model.
-        method: ``"gd"`` (``optax.sgd``) or ``"adam"`` (``optax.adam``).
+        optimizer: ``SGD()`` (``optax.sgd``) or ``Adam(beta=β₁)`` (``optax.adam``),
+            from ``gflow.dynamics.optimizers``.
         learning_rate: the constant step size η (traced).
         steps: number of steps (traced).
         num_saves: saves at steps 0, e, ..., (num_saves-1)·e with
@@ -108,8 +122,10 @@ def run_full_batch(
         the saves; status ``"diverged"`` with ``stats["diverged_step"]`` if the loss
         or gradient became non-finite or |params| > 1e8 (later saves are NaN).
     """
-    if method not in FULL_BATCH:
-        raise ValueError(f"method must be one of {sorted(FULL_BATCH)}, got {method!r}")
+    if not isinstance(optimizer, (SGD, Adam)):
+        raise ValueError(
+            f"optimizer must be gflow's SGD() or Adam(), got {optimizer!r}"
+        )
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     if not isinstance(num_saves, (int, np.integer)) or num_saves < 1:
@@ -125,10 +141,11 @@ def run_full_batch(
         static,
         loss_fn,
         jnp.asarray(learning_rate, dtype),
-        jnp.asarray(FULL_BATCH[method], dtype),
+        jnp.asarray(float(isinstance(optimizer, Adam)), dtype),
         jnp.asarray(steps, jnp.int32),
         jnp.asarray(every, jnp.int32),
         num_saves=n,
+        b1=optimizer.beta if isinstance(optimizer, Adam) else 0.9,
     )
     k = np.append(np.arange(n) * every, steps)
     bad_at = int(bad_at)
@@ -144,7 +161,7 @@ def run_full_batch(
         stats=stats,
         info={
             "kind": "optimizer",
-            "method": method,
+            "method": "adam" if isinstance(optimizer, Adam) else "gd",
             "learning_rate": float(learning_rate),
             "steps": int(steps),
         },

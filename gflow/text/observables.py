@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from ..observables import entropy, singular_values
-from .counts import type_attention_counts, window_log_counts
-from .positional import PositionalAttentionModel
+from gflow.analysis.observables import entropy, singular_values
+from gflow.text.counts import type_attention_counts, window_log_counts
+from gflow.text.positional import PositionalAttentionModel
 
 
 def window_attention(model, contexts: Int[Array, "n s"]) -> Float[Array, "n s"]:
@@ -147,7 +147,7 @@ def default_queries(vocab, windows, *, num: int = 4, min_windows: int = 8) -> li
     """A few mid-frequency word types: ranks spread geometrically over [5, d/4],
     each moved to the next rank whose type is a word (not punctuation or the
     unknown token) and ends at least ``min_windows`` windows of the sample."""
-    from .tokenize import UNK
+    from gflow.text.tokenize import UNK
 
     last = np.asarray(windows)[:, -2]
     ends = np.bincount(last, minlength=len(vocab))

@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from ..losses import sequence_loss
-from ..model import AttentionModel
-from .counts import counts_loss, window_log_counts
+from gflow.problems.losses import sequence_loss
+from gflow.problems.model import AttentionModel
+from gflow.text.counts import counts_loss, window_log_counts
 
 
 class PositionalAttentionModel(eqx.Module):

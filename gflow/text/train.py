@@ -13,12 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ..model import AttentionModel
-from ..observables import evaluate_metrics
-from ..trajectory import Trajectory
-from .counts import batch_log_counts, counts_loss
-from .positional import COUNTS_MAX_RATIO, text_loss
-from .windows import WindowStream
+from gflow.dynamics.metrics import evaluate_metrics
+from gflow.dynamics.optimizer_step import guarded_step
+from gflow.dynamics.trajectory import Trajectory
+from gflow.problems.model import AttentionModel
+from gflow.text.counts import batch_log_counts, counts_loss
+from gflow.text.positional import COUNTS_MAX_RATIO, text_loss
+from gflow.text.windows import WindowStream
 
 
 def batch_loss(model, windows: jax.Array) -> jax.Array:
@@ -37,26 +38,38 @@ def _run(
     params, static, opt_state, optimizer, stream, eval_loss, observables, keys, save
 ):
     # keys: [n_chunks, save_every] step keys.
-    def step(carry, k):
-        p, s = carry
-        batch = stream(k)
-        g = jax.grad(lambda q: batch_loss(eqx.combine(q, static), batch))(p)
-        u, s = optimizer.update(g, s, p)
-        return (optax.apply_updates(p, u), s), None
+    dtype = jax.tree.leaves(params)[0].dtype
 
-    def record(p):
+    def step(carry, key):
+        p, s, bad_at, k = carry
+        batch = stream(key)
+        p, s, bad_at, _, _ = guarded_step(
+            jax.value_and_grad(lambda q: batch_loss(eqx.combine(q, static), batch)),
+            optimizer,
+            p,
+            s,
+            bad_at,
+            k,
+        )
+        return (p, s, bad_at, k + 1), None
+
+    def record(carry):
+        p, bad_at = carry[0], carry[2]
         rec = evaluate_metrics(eval_loss, observables, eqx.combine(p, static))
+        nan = jnp.asarray(jnp.nan, dtype)
+        rec = jax.tree.map(lambda x: jnp.where(bad_at >= 0, nan, x), rec)
         return rec, (p if save else None)
 
     def chunk(carry, ks):
-        rec = record(carry[0])
+        rec = record(carry)
         carry, _ = jax.lax.scan(step, carry, ks)
         return carry, rec
 
-    carry, recs = jax.lax.scan(chunk, (params, opt_state), keys)
-    last = record(carry[0])
+    minus_one, zero = jnp.asarray(-1, jnp.int32), jnp.asarray(0, jnp.int32)
+    carry, recs = jax.lax.scan(chunk, (params, opt_state, minus_one, zero), keys)
+    last = record(carry)
     recs = jax.tree.map(lambda a, b: jnp.concatenate([a, b[None]]), recs, last)
-    return recs, carry[0]
+    return recs, carry[0], carry[2]
 
 
 def run_minibatch(
@@ -95,7 +108,7 @@ def run_minibatch(
     steps = n_chunks * save_every
     params, static = eqx.partition(model, eqx.is_inexact_array)
     keys = jax.random.split(key, steps).reshape(n_chunks, save_every)
-    (recs, snaps), final = _run(
+    (recs, snaps), final, bad_at = _run(
         params,
         static,
         optimizer.init(params),
@@ -108,13 +121,16 @@ def run_minibatch(
     )
     metrics = {k: np.asarray(v) for k, v in recs.items()}
     t = np.arange(n_chunks + 1) * save_every * float(learning_rate)
-    ok = bool(np.all(np.isfinite(metrics["loss"])))
+    bad_at = int(bad_at)
+    stats = {"steps": steps, "save_every": save_every, "batch": stream.batch}
+    if bad_at >= 0:
+        stats["diverged_step"] = bad_at
     return Trajectory(
         t=t,
         metrics=metrics,
         final=eqx.combine(final, static),
         params=None if snaps is None else eqx.combine(snaps, static),
-        status="success" if ok else "diverged",
-        stats={"steps": steps, "save_every": save_every, "batch": stream.batch},
+        status="diverged" if bad_at >= 0 else "success",
+        stats=stats,
         info={"kind": "minibatch", "steps": steps, "learning_rate": learning_rate},
     )

@@ -1,0 +1,274 @@
+"""Stage detection: Condensation → Focus → Dilution → Asymmetry lifting (MODEL.md §6).
+
+``detect_stages(trajectory)`` reads the observables that ``StageObservables`` records
+(and that every run records: the loss) and returns the stages in time order. Every
+rule is a *move* of one scalar signal: a rise or fall between two significant turning
+points (a zigzag with a relative threshold), and a stage spans the move from the time
+the signal has covered ``edge`` (5%) of it to the time it has covered 95%. The
+thresholds are the fields of a ``StageDetector``; ``detect_stages`` uses the defaults.
+
+Cycle 1 (the rules are in docs/markov_cycle.md with the numbers they give):
+
+- condensation: the loss falls from its initial value onto the unigram plateau H(π);
+  it starts at t0 (W_E and W_P grow from the first instant, the loss lags) and ends
+  when L - H(π) has fallen to 5% of its initial value.
+- focus: the first fall of the π-weighted attention entropy after condensation.
+- dilution: the first fall of the low-frequency queries' mean attention on the most
+  frequent token after focus has started.
+- asymmetry_lifting: the growth of σ₂(W_E); it starts once ln σ₂ has risen by ln 2
+  above its minimum and ends when its growth rate has fallen to a quarter of its peak.
+
+Cycle k ≥ 2 (the next cycle opens once σ_k(W_E) has grown):
+
+- focus: a rise of the low-frequency queries' π-weighted attention on themselves;
+- dilution: a fall of the most frequent query's attention on the most frequent token;
+- asymmetry_lifting: the growth of σ_{k+1}(W_E), as above.
+
+A stage still under way at the end of the trajectory ends at the last saved time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+#: Stage names in the order they occur within a cycle.
+STAGE_NAMES = ("condensation", "focus", "dilution", "asymmetry_lifting")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage: its name, the cycle it belongs to and its time span."""
+
+    name: str
+    t_start: float
+    t_end: float
+    cycle: int
+
+    def __post_init__(self):
+        if self.name not in STAGE_NAMES:
+            raise ValueError(f"stage name must be one of {STAGE_NAMES}")
+        if not self.t_end >= self.t_start:
+            raise ValueError(f"t_end {self.t_end} < t_start {self.t_start}")
+
+    @property
+    def stage(self) -> str:
+        return self.name
+
+    def to_dict(self) -> dict:
+        return {
+            "stage": self.name,
+            "t_start": float(self.t_start),
+            "t_end": float(self.t_end),
+            "cycle": int(self.cycle),
+        }
+
+
+def turning_points(x: np.ndarray, threshold: float) -> list[int]:
+    """Indices of the significant extrema of ``x`` (a zigzag filter).
+
+    A turning point is confirmed once ``x`` has moved ``threshold`` away from it; the
+    first and the last index are always included, so consecutive points alternate
+    between rises and falls of at least ``threshold`` (except possibly the last one).
+    """
+    x = np.asarray(x, dtype=float)
+    points = [0]
+    ext, direction = 0, 0  # index of the running extremum, +1 rising / -1 falling
+    for i in range(1, x.size):
+        if direction >= 0 and x[i] > x[ext] or direction <= 0 and x[i] < x[ext]:
+            if direction == 0 and abs(x[i] - x[0]) < threshold:
+                continue
+            if direction == 0:
+                direction = 1 if x[i] > x[0] else -1
+            ext = i
+        elif direction != 0 and abs(x[i] - x[ext]) >= threshold:
+            points.append(ext)
+            direction, ext = -direction, i
+    if ext != points[-1]:
+        points.append(ext)
+    if points[-1] != x.size - 1:
+        points.append(x.size - 1)
+    return points
+
+
+def _first(candidates):
+    return candidates[0] if candidates else None
+
+
+@dataclasses.dataclass(frozen=True)
+class StageDetector:
+    """The stage rules with their thresholds (module docstring; docs/markov_cycle.md).
+
+    Attributes:
+        edge: fraction of a move that marks its start (and 1 - edge its end).
+        min_move: a move counts when it spans at least this fraction of the signal's
+            range ...
+        min_amplitude: ... and at least this much in absolute terms (attention
+            weights, nats).
+        growth_start: growth of ln σ above its minimum that starts an
+            asymmetry-lifting stage.
+        min_growth: a singular value must grow by at least this factor to open a
+            stage.
+    """
+
+    edge: float = 0.05
+    min_move: float = 0.2
+    min_amplitude: float = 0.1
+    growth_start: float = float(np.log(2.0))
+    min_growth: float = 4.0
+
+    def __post_init__(self):
+        if not 0 < self.edge < 0.5:
+            raise ValueError(f"edge must lie in (0, 0.5), got {self.edge}")
+        if not 0 < self.min_move <= 1:
+            raise ValueError(f"min_move must lie in (0, 1], got {self.min_move}")
+        if not self.min_amplitude >= 0:
+            raise ValueError(f"min_amplitude must be >= 0, got {self.min_amplitude}")
+        if not self.growth_start > 0:
+            raise ValueError(f"growth_start must be > 0, got {self.growth_start}")
+        if not self.min_growth > 1:
+            raise ValueError(f"min_growth must be > 1, got {self.min_growth}")
+
+    def moves(self, t, x, *, sign: int, window=(-np.inf, np.inf)):
+        """The rises (``sign=+1``) or falls (``-1``) of ``x`` inside a time window.
+
+        Returns a list of (t_start, t_end, amplitude): the times at which the signal has
+        covered ``edge`` and 1 - ``edge`` of a move between two turning points. A move
+        counts
+        when it spans ``min_move`` of the signal's range over the window and at least
+        ``min_amplitude``.
+        """
+        t, x = np.asarray(t, float), np.asarray(x, float)
+        keep = (t >= window[0]) & (t <= window[1])
+        t, x = t[keep], x[keep]
+        if t.size < 2:
+            return []
+        span = float(np.max(x) - np.min(x))
+        if not span > 0:
+            return []
+        thr = max(self.min_move * span, self.min_amplitude)
+        pts = turning_points(x, thr)
+        out = []
+        for a, b in zip(pts[:-1], pts[1:]):
+            amp = x[b] - x[a]
+            if np.sign(amp) != sign or abs(amp) < thr:
+                continue
+            seg = sign * (x[a : b + 1] - x[a]) / abs(amp)  # 0 -> 1 along the move
+            i0 = a + int(np.argmax(seg >= self.edge))
+            i1 = a + int(np.argmax(seg >= 1 - self.edge))
+            out.append((float(t[i0]), float(t[i1]), float(abs(amp))))
+        return out
+
+    def growth(self, t, sv, *, after: float = -np.inf):
+        """The growth of one singular value: (t_start, t_end) or None.
+
+        Starts once ln σ exceeds its minimum (after ``after``) by ln 2 and ends when the
+        growth rate d ln σ/dt, past its peak, falls below a quarter of the peak (or at
+        the
+        last time). None when σ grows by less than ``min_growth``.
+        """
+        t, logs = (
+            np.asarray(t, float),
+            np.log(np.maximum(np.asarray(sv, float), 1e-300)),
+        )
+        idx = np.flatnonzero(t >= after)
+        if idx.size < 3:
+            return None
+        t, logs = t[idx], logs[idx]
+        imin = int(np.argmin(logs))
+        if logs[imin:].max() - logs[imin] < np.log(self.min_growth):
+            return None
+        i0 = imin + int(np.argmax(logs[imin:] - logs[imin] >= self.growth_start))
+        rate = np.gradient(logs, t)
+        ipeak = i0 + int(np.argmax(rate[i0:]))
+        slow = np.flatnonzero(rate[ipeak:] < 0.25 * rate[ipeak])
+        i1 = ipeak + int(slow[0]) if slow.size else t.size - 1
+        return float(t[i0]), float(t[i1])
+
+    def detect(self, trajectory, *, pi=None) -> list[Stage]:
+        """The stages of a Markov population run, in time order (rules: module
+        docstring).
+
+        Args:
+            trajectory: a Trajectory whose metrics hold ``loss``, ``attention_entropy``,
+                ``attention`` [n, d, d], ``attention_on_top`` [n, d] and ``sv_W_E``
+                [n, k] (``StageObservables``); ``unigram_gap`` is used when present.
+            pi: the stationary distribution [d]; default: the attention rows at the
+            first
+                saved time, which equal π while W_A is at its small initial value.
+        """
+        m = trajectory.metrics
+        need = ("attention_entropy", "attention", "attention_on_top", "sv_W_E")
+        missing = [k for k in need if k not in m]
+        if missing:
+            raise ValueError(
+                f"detect_stages needs the metrics {missing}; record them with "
+                "observables=StageObservables(chain)"
+            )
+        t = np.asarray(trajectory.t, float)
+        attn = np.asarray(m["attention"], float)  # [n, d, d]
+        on_top = np.asarray(m["attention_on_top"], float)  # [n, d]
+        sv = np.asarray(m["sv_W_E"], float)  # [n, k]
+        pi = attn[0].mean(axis=0) if pi is None else np.asarray(pi, float)
+        top = int(np.argmax(pi))
+        low = np.arange(pi.size) != top
+        stages: list[Stage] = []
+
+        loss = np.asarray(m["loss"], float)
+        gap = np.asarray(m["unigram_gap"], float) if "unigram_gap" in m else None
+        if gap is not None and gap[0] > 0 and np.any(gap <= self.edge * gap[0]):
+            t_c = float(t[int(np.argmax(gap <= self.edge * gap[0]))])
+            stages.append(Stage("condensation", float(t[0]), t_c, 1))
+        elif gap is None and loss[0] - loss.min() > 0:
+            drop = loss - loss.min()
+            i = int(np.argmax(drop <= self.edge * drop[0]))
+            stages.append(Stage("condensation", float(t[0]), float(t[i]), 1))
+        after = stages[0].t_end if stages else float(t[0])
+
+        ent = np.asarray(m["attention_entropy"], float)
+        focus = _first(self.moves(t, ent, sign=-1, window=(after, np.inf)))
+        if focus is None:
+            return stages
+        stages.append(Stage("focus", focus[0], focus[1], 1))
+        lift = self.growth(t, sv[:, 1], after=focus[0]) if sv.shape[1] > 1 else None
+        end = lift[1] if lift is not None else np.inf
+        diluted = on_top[:, low].mean(axis=1)  # low-frequency queries on the top token
+        dil = _first(self.moves(t, diluted, sign=-1, window=(focus[0], end)))
+        if dil is not None:
+            stages.append(Stage("dilution", dil[0], dil[1], 1))
+        w = pi[low] / pi[low].sum()
+        self_attn = np.einsum("nii->ni", attn)[:, low] @ w  # low queries on themselves
+        cycle = 1
+        while lift is not None:
+            stages.append(Stage("asymmetry_lifting", lift[0], lift[1], cycle))
+            cycle += 1
+            nxt = None
+            if cycle < sv.shape[1]:
+                nxt = self.growth(t, sv[:, cycle], after=lift[1])
+            window = (lift[1], nxt[1] if nxt is not None else np.inf)
+            focus = _first(self.moves(t, self_attn, sign=+1, window=window))
+            if focus is not None:
+                stages.append(Stage("focus", focus[0], focus[1], cycle))
+            dil = _first(self.moves(t, on_top[:, top], sign=-1, window=window))
+            if dil is not None:
+                stages.append(Stage("dilution", dil[0], dil[1], cycle))
+            lift = nxt
+        return sorted(stages, key=lambda s: (s.t_start, STAGE_NAMES.index(s.name)))
+
+
+def detect_stages(
+    trajectory, *, pi=None, detector: StageDetector | None = None
+) -> list[Stage]:
+    """The stages of a Markov population run, in time order (rules: module docstring).
+
+    Args:
+        trajectory: a Trajectory whose metrics hold ``loss``, ``attention_entropy``,
+            ``attention`` [n, d, d], ``attention_on_top`` [n, d] and ``sv_W_E``
+            [n, k] (``StageObservables``); ``unigram_gap`` is used when present.
+        pi: the stationary distribution [d]; default: the attention rows at the first
+            saved time, which equal π while W_A is at its small initial value.
+        detector: the thresholds (default ``StageDetector()``).
+    """
+    detector = StageDetector() if detector is None else detector
+    return detector.detect(trajectory, pi=pi)

@@ -1,0 +1,143 @@
+"""``gflow text``: attention dynamics on natural text (issue 6), as a run directory."""
+
+from __future__ import annotations
+
+import time
+
+from gflow.cli.common import add_out_option, default_out
+from gflow.cli.errors import UsageError
+
+
+def register(sub) -> None:
+    from gflow.runs.text_run import METHODS, TextConfig
+    from gflow.text.tokenize import TOKENIZERS
+
+    d = TextConfig(corpus="-")
+    p = sub.add_parser(
+        "text",
+        help="train on a text corpus (GD or flow, and Adam) and track attention rows",
+        description="Tokenise a corpus, cut a fixed sample of windows, follow the "
+        "gradient flow with small-step GD (or Tsit5) and run Adam from the same init; "
+        "write config.json, vocab.json, metrics, the tracked queries' attention rows, "
+        "stages.json and figures.",
+    )
+    p.add_argument(
+        "--corpus",
+        required=True,
+        help="a text file or folder, or 'wikitext' / 'tinystories' with --download",
+    )
+    p.add_argument(
+        "--download",
+        action="store_true",
+        help="allow fetching a hub corpus (needs pip install gflow[hf] and network)",
+    )
+    add_out_option(p, "text")
+    p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="V")
+    p.add_argument(
+        "--tokenizer", default=d.tokenizer, help=f"one of {', '.join(TOKENIZERS)}"
+    )
+    p.add_argument("--max-chars", type=int, default=None, help="use the start only")
+    p.add_argument("--context", type=int, default=d.context, help="window length s")
+    p.add_argument("--windows", type=int, default=d.windows, help="fixed sample size")
+    p.add_argument("--d-model", type=int, default=d.d_model, help="width m")
+    p.add_argument("--init-scale", type=float, default=d.init_scale)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--method",
+        default=d.method,
+        help=f"one of {', '.join(METHODS)}: full-batch GD of step --lr (default; "
+        "cheap and close to the flow at small steps) or the Tsit5 flow (float64)",
+    )
+    p.add_argument("--lr", type=float, default=d.lr, help="GD step (flow: t1/steps)")
+    p.add_argument("--steps", type=int, default=d.steps, help="GD steps")
+    p.add_argument("--rtol", type=float, default=d.rtol)
+    p.add_argument("--atol", type=float, default=d.atol)
+    p.add_argument("--adam-lr", type=float, default=d.adam_lr)
+    p.add_argument("--adam-steps", type=int, default=d.adam_steps, help="0: no Adam")
+    p.add_argument("--adam-batch", type=int, default=d.adam_batch, help="0: full batch")
+    p.add_argument(
+        "--all-positions", action="store_true", help="causal loss at every position"
+    )
+    p.add_argument(
+        "--positional", action="store_true", help="learned positional encoding"
+    )
+    p.add_argument(
+        "--track",
+        default="",
+        help="comma-separated query tokens to track (besides the automatic ones)",
+    )
+    p.add_argument("--num-queries", type=int, default=d.num_queries)
+    p.add_argument("--topk", type=int, default=d.topk)
+    p.add_argument("--num-saves", type=int, default=d.num_saves)
+    p.add_argument("--float64", action="store_true", help="float64 (flow: always)")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from gflow.runs.text_run import TextConfig
+
+    try:
+        cfg = TextConfig(
+            corpus=str(args.corpus),
+            vocab_size=args.vocab_size,
+            tokenizer=args.tokenizer,
+            max_chars=args.max_chars,
+            download=args.download,
+            context=args.context,
+            windows=args.windows,
+            d_model=args.d_model,
+            init_scale=args.init_scale,
+            seed=args.seed,
+            method=args.method,
+            lr=args.lr,
+            steps=args.steps,
+            rtol=args.rtol,
+            atol=args.atol,
+            adam_lr=args.adam_lr,
+            adam_steps=args.adam_steps,
+            adam_batch=args.adam_batch,
+            all_positions=args.all_positions,
+            positional=args.positional,
+            track=tuple(t for t in args.track.split(",") if t),
+            num_queries=args.num_queries,
+            topk=args.topk,
+            num_saves=args.num_saves,
+            x64=args.float64 or args.method == "flow",
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    import jax
+
+    jax.config.update("jax_enable_x64", cfg.x64)  # entry point: x64 is chosen here
+    from gflow.plotting.text import plot_attention_rows, plot_text_summary
+    from gflow.runs.text_run import prepare, run_text, write_text_run
+
+    start = time.perf_counter()
+    data = prepare(cfg)
+    names = ", ".join(repr(data.vocab.tokens[q]) for q in data.queries)
+    if not args.quiet:
+        print(
+            f"{len(data.ids)} tokens, d={len(data.vocab)} types "
+            f"(unknown {data.vocab.frequencies[data.vocab.unk_id]:.1%}); "
+            f"tracking {names}"
+        )
+    wall = {"prepare": time.perf_counter() - start}
+    runs = run_text(cfg, data)
+    wall["runs"] = time.perf_counter() - start - sum(wall.values())
+    out = write_text_run(args.out or default_out("text"), cfg, data, runs)
+    wall["save"] = time.perf_counter() - start - sum(wall.values())
+    for name in runs:
+        plot_attention_rows(out, name)
+    plot_text_summary(out, list(runs))
+    wall["figures"] = time.perf_counter() - start - sum(wall.values())
+    for name, traj in runs.items():
+        st = traj.stats
+        print(
+            f"{name} {traj.status}: t={traj.t[-1]:g}, "
+            f"loss {traj.metrics['loss'][0]:.4f} -> {traj.metrics['loss'][-1]:.4f}, "
+            f"{st['wall_s']:.1f} s (loop {st['loop_s']:.1f} s, "
+            f"observables {st['observe_s']:.1f} s)"
+        )
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in wall.items())
+    print(f"wrote {out} in {sum(wall.values()):.1f} s ({parts})")
+    return 0 if all(t.status == "success" for t in runs.values()) else 1

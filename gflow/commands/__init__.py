@@ -1,9 +1,0 @@
-"""The ``gflow`` sub-commands: one module each, each with ``register(subparsers)``.
-
-A module's ``register`` adds its parser and sets ``handler=run``; ``run(args)`` returns
-the exit status. Add a command by writing a module and listing it here.
-"""
-
-from . import compare, flow, report, sweep, text
-
-COMMANDS = [flow, sweep, compare, text, report]

@@ -1,0 +1,256 @@
+"""The continuous gradient flow dθ/dt = −∇L(θ), integrated with Diffrax."""
+
+from __future__ import annotations
+
+import sys
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gflow.dynamics.metrics import evaluate_metrics
+from gflow.dynamics.trajectory import Trajectory
+
+DEFAULT_NUM_SAVES = 201
+
+
+class GradientField(eqx.Module):
+    """The vector field −∇L(θ) over the floating-point leaves θ of a model."""
+
+    loss_fn: object
+    static: object
+
+    def __call__(self, t, params, args):
+        grads = jax.grad(lambda p: self.loss_fn(eqx.combine(p, self.static)))(params)
+        return jax.tree.map(jnp.negative, grads)
+
+
+def grad_evals_per_step(solver) -> int | None:
+    """Gradient evaluations per attempted step of an explicit Runge-Kutta solver.
+
+    Read from the solver's Butcher tableau (stages, less one when the last stage is
+    reused as the next step's first, FSAL); None where it cannot be known statically
+    (implicit solvers, whose Newton iterations vary).
+    """
+    if isinstance(solver, diffrax.Euler):
+        return 1
+    tableau = getattr(solver, "tableau", None)
+    if tableau is None or getattr(tableau, "implicit", False):
+        return getattr(solver, "grad_evals_per_step", None)
+    return tableau.num_stages - (1 if tableau.fsal else 0)
+
+
+def _progress_meter(progress: bool | None):
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if not progress:
+        return diffrax.NoProgressMeter()
+    try:
+        return diffrax.TqdmProgressMeter(refresh_steps=200)
+    except ImportError:
+        return diffrax.TextProgressMeter()
+
+
+@eqx.filter_jit
+def _solve(
+    params,
+    static,
+    loss_fn,
+    observables,
+    solver,
+    controller,
+    ts,
+    t0,
+    t1,
+    dt0,
+    max_steps,
+    save_params,
+    progress_meter,
+):
+    def save_fn(t, y, args):
+        model = eqx.combine(y, static)
+        out = {"metrics": evaluate_metrics(loss_fn, observables, model)}
+        if save_params:
+            out["params"] = y
+        return out
+
+    saveat = diffrax.SaveAt(
+        subs=[diffrax.SubSaveAt(ts=ts, fn=save_fn), diffrax.SubSaveAt(t1=True)],
+        solver_state=True,  # RKC2 / StiffSwitch count their evaluations there
+    )
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(GradientField(loss_fn, static)),
+        solver,
+        t0=t0,
+        t1=t1,
+        dt0=dt0,
+        y0=params,
+        saveat=saveat,
+        stepsize_controller=controller,
+        max_steps=max_steps,
+        throw=False,
+        progress_meter=progress_meter,
+    )
+    saved, final = sol.ys
+    return (
+        sol.ts[0],
+        saved,
+        jax.tree.map(lambda x: x[-1], final),
+        sol.ts[1][-1],
+        sol.result,
+        sol.stats,
+        getattr(sol.solver_state, "num_evals", None),
+    )
+
+
+def _grad_evals(solver, n_steps, n_accepted, num_evals):
+    """Gradient evaluations of a solve (a Jacobian-vector product counts as two).
+
+    Exact for fixed-stage solvers. Solvers that count in their state (RKC2,
+    StiffSwitch) keep only accepted steps' counts, since Diffrax discards a rejected
+    step's state; rejected steps are charged the accepted steps' mean.
+    """
+    if num_evals is not None:
+        num_evals = int(num_evals)
+        if n_steps > n_accepted > 0:
+            num_evals += round((n_steps - n_accepted) * num_evals / n_accepted)
+        return num_evals
+    per_step = grad_evals_per_step(solver)
+    return None if per_step is None else 1 + per_step * n_steps
+
+
+def _status(result, metrics_ok: bool) -> str:
+    if result == diffrax.RESULTS.successful:
+        return "success" if metrics_ok else "diverged"
+    if result == diffrax.RESULTS.max_steps_reached:
+        return "max_steps" if metrics_ok else "diverged"
+    return "failed" if metrics_ok else "diverged"
+
+
+def solve_flow(
+    loss_fn,
+    model,
+    *,
+    t1: float,
+    ts=None,
+    t0: float = 0.0,
+    solver: diffrax.AbstractSolver | None = None,
+    rtol: float = 1e-6,
+    atol: float = 1e-8,
+    dt0: float | None = None,
+    stepsize_controller: diffrax.AbstractStepSizeController | None = None,
+    max_steps: int = 1_000_000,
+    observables=None,
+    save_params: bool = False,
+    progress: bool | None = None,
+) -> Trajectory:
+    """Integrate the gradient flow of ``loss_fn`` from ``model`` over [t0, t1].
+
+    Args:
+        loss_fn: ``loss_fn(model) -> scalar``. Prefer an eqx.Module (``PopulationLoss``,
+            ``SequenceLoss``) or one reused function: a new lambda per call recompiles.
+        model: the initial model; every floating-point array leaf is integrated.
+        t1: final flow time (> t0).
+        ts: times at which to record metrics, float [n] in [t0, t1]; default 201 evenly
+            spaced times from t0 to t1.
+        t0: initial flow time.
+        solver: a Diffrax solver object; default ``diffrax.Tsit5()``. For long,
+            stiff horizons pass ``gflow.dynamics.solvers.StiffSwitch()`` (Tsit5 steps
+            until the             Hessian's λ_max limits them, stabilised RKC2 steps
+            after; ~17× faster to
+            t = 3000, but at equal rtol less accurate: use a tighter rtol with it,
+            see BENCHMARKS.md and docs/integrators.md).
+        rtol, atol: tolerances of the default PID step-size controller (traced, so new
+            values do not recompile).
+        dt0: initial step; None lets the controller choose.
+        stepsize_controller: overrides the PID controller (then rtol/atol are unused);
+            pass ``diffrax.ConstantStepSize()`` with ``dt0`` for fixed steps.
+        max_steps: step budget; when reached, the status is ``"max_steps"`` and the part
+            integrated so far is kept.
+        observables: dict name -> ``fn(model)``, or one callable returning such a dict,
+            recorded at ``ts`` next to ``loss`` and ``grad_norm``.
+        save_params: also keep the parameters at ``ts`` (``Trajectory.params``).
+        progress: show a progress bar; None shows one when stderr is a terminal.
+
+    Returns:
+        A Trajectory with status ``"success"``, ``"max_steps"``, ``"diverged"``
+        (non-finite values) or ``"failed"``; it never raises for a failed solve.
+    """
+    t0, t1 = float(t0), float(t1)
+    if not t1 > t0:
+        raise ValueError(f"t1 must be greater than t0 = {t0}, got t1 = {t1}")
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be a positive integer, got {max_steps}")
+    if not (rtol > 0 and atol >= 0):
+        raise ValueError(f"rtol must be > 0 and atol >= 0, got {rtol}, {atol}")
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    dtype = jax.tree.leaves(params)[0].dtype
+    ts = np.linspace(t0, t1, DEFAULT_NUM_SAVES) if ts is None else np.asarray(ts, float)
+    slack = 1e-9 * max(1.0, abs(t0), abs(t1))  # optimizer clocks carry round-off
+    if ts.ndim != 1 or ts.size == 0 or ts.min() < t0 - slack or ts.max() > t1 + slack:
+        raise ValueError(
+            f"ts must be a non-empty 1-D array inside [t0, t1] = [{t0}, {t1}]"
+        )
+    if np.any(np.diff(ts) < 0):
+        raise ValueError("ts must be non-decreasing")
+    ts = np.clip(ts, t0, t1)
+    solver = diffrax.Tsit5() if solver is None else solver
+    if stepsize_controller is None:
+        stepsize_controller = diffrax.PIDController(
+            rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype)
+        )
+    ts_saved, saved, final, t_last, result, stats, num_evals = _solve(
+        params,
+        static,
+        loss_fn,
+        observables,
+        solver,
+        stepsize_controller,
+        jnp.asarray(ts, dtype),
+        jnp.asarray(t0, dtype),
+        jnp.asarray(t1, dtype),
+        None if dt0 is None else jnp.asarray(dt0, dtype),
+        max_steps,
+        save_params,
+        _progress_meter(progress),
+    )
+    ts_saved = np.asarray(ts_saved)
+    reached = np.isfinite(ts_saved)  # Diffrax leaves unreached save times at inf
+    metrics = {k: np.asarray(v)[reached] for k, v in saved["metrics"].items()}
+    metrics_ok = bool(np.all(np.isfinite(metrics["loss"]))) and all(
+        bool(np.all(np.isfinite(x)))
+        for x in jax.tree.leaves(eqx.filter(final, eqx.is_array))
+    )
+    n_steps = int(stats["num_steps"])
+    n_accepted = int(stats["num_accepted_steps"])
+    stats = {
+        "num_steps": n_steps,
+        "num_accepted_steps": n_accepted,
+        "num_rejected_steps": int(stats["num_rejected_steps"]),
+        "max_steps": max_steps,
+        "grad_evals": _grad_evals(solver, n_steps, n_accepted, num_evals),
+        "t_reached": float(t_last),
+    }
+    snaps = None
+    if save_params:
+        snaps = eqx.combine(
+            jax.tree.map(lambda x: x[np.flatnonzero(reached)], saved["params"]), static
+        )
+    return Trajectory(
+        t=ts_saved[reached],
+        metrics=metrics,
+        final=eqx.combine(final, static),
+        params=snaps,
+        status=_status(result, metrics_ok),
+        stats=stats,
+        info={
+            "kind": "flow",
+            "solver": type(solver).__name__,
+            "rtol": rtol,
+            "atol": atol,
+            "t0": t0,
+            "t1": t1,
+        },
+    )

@@ -1,0 +1,103 @@
+"""The optimizers that gflow's commands run, one object each, and their name table.
+
+Each object builds its optax transformation with ``optax.inject_hyperparams``, so the
+learning rate (and β) live in the optimizer state: a sweep replaces them per member
+without recompiling, and the flow clock reads the step size back from the state. Each
+also carries its stability constant c: on a quadratic of curvature λ the method is
+stable iff ηλ < c, which ``gflow.analysis.sharpness.predicted_departure`` turns into
+a predicted departure time from the flow.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+import optax
+
+
+class AbstractOptimizer(eqx.Module):
+    """An optax optimizer as an object: its name, transformation and stability."""
+
+    name: eqx.AbstractClassVar[str]
+
+    @abc.abstractmethod
+    def transform(self, learning_rate: float = 0.1) -> optax.GradientTransformation:
+        """The optax transformation, hyperparameters injected into its state."""
+
+    @property
+    @abc.abstractmethod
+    def stability(self) -> float:
+        """c such that the method is stable on a quadratic of curvature λ iff ηλ < c."""
+
+
+class SGD(AbstractOptimizer):
+    """Plain gradient descent, ``optax.sgd``: c = 2."""
+
+    name: ClassVar[str] = "sgd"
+
+    def transform(self, learning_rate: float = 0.1) -> optax.GradientTransformation:
+        return optax.inject_hyperparams(optax.sgd)(learning_rate=learning_rate)
+
+    @property
+    def stability(self) -> float:
+        return 2.0
+
+
+class Momentum(AbstractOptimizer):
+    """Heavy ball, ``optax.sgd(momentum=β)``: c = 2 + 2β."""
+
+    beta: float = 0.9
+    name: ClassVar[str] = "momentum"
+
+    def __check_init__(self):
+        if not 0 <= self.beta < 1:
+            raise ValueError(f"beta must lie in [0, 1), got {self.beta}")
+
+    def transform(self, learning_rate: float = 0.1) -> optax.GradientTransformation:
+        return optax.inject_hyperparams(optax.sgd)(
+            learning_rate=learning_rate, momentum=self.beta
+        )
+
+    @property
+    def stability(self) -> float:
+        return 2.0 + 2.0 * self.beta
+
+
+class Adam(AbstractOptimizer):
+    """``optax.adam(b1=β₁)``: c = (2 + 2β₁)/(1 − β₁), 38 at β₁ = 0.9, the edge of
+    stability of Adam's preconditioned sharpness (Cohen et al. 2022)."""
+
+    beta: float = 0.9
+    name: ClassVar[str] = "adam"
+
+    def __check_init__(self):
+        if not 0 <= self.beta < 1:
+            raise ValueError(f"beta must lie in [0, 1), got {self.beta}")
+
+    def transform(self, learning_rate: float = 0.1) -> optax.GradientTransformation:
+        return optax.inject_hyperparams(optax.adam)(
+            learning_rate=learning_rate, b1=self.beta
+        )
+
+    @property
+    def stability(self) -> float:
+        return (2.0 + 2.0 * self.beta) / (1.0 - self.beta)
+
+
+#: The one table where optimizer names become objects (configs and the CLI use it).
+OPTIMIZERS: dict[str, type[AbstractOptimizer]] = {
+    "sgd": SGD,
+    "momentum": Momentum,
+    "adam": Adam,
+}
+
+
+def optimizer_named(name: str, beta: float = 0.9) -> AbstractOptimizer:
+    """The optimizer called ``name`` (β is its momentum or β₁; SGD has none)."""
+    if name not in OPTIMIZERS:
+        raise ValueError(
+            f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}"
+        )
+    return SGD() if name == "sgd" else OPTIMIZERS[name](beta=beta)

@@ -1,0 +1,1 @@
+"""Reference trajectories that discrete optimizer runs are compared with."""

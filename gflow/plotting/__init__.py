@@ -1,0 +1,1 @@
+"""Figures of runs; the only package that imports matplotlib."""

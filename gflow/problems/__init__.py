@@ -1,0 +1,1 @@
+"""What is learned: the attention models, Markov chains and their losses."""

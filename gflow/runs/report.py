@@ -1,0 +1,123 @@
+"""A self-contained HTML report of a run directory (figures embedded as data URIs)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+from gflow.runs.files import atomic_write_bytes, read_json
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1000px; margin: 2em auto;
+       color: #222; }
+table { border-collapse: collapse; margin: 1em 0; }
+td, th { border: 1px solid #ccc; padding: 0.3em 0.7em; text-align: left; }
+th { background: #f3f3f3; }
+img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
+pre { background: #f7f7f7; padding: 1em; overflow-x: auto; font-size: 0.85em; }
+.status-success, .status-ok { color: #176317; } .status-diverged { color: #a31515; }
+"""
+
+
+def _table(rows: list[dict]) -> str:
+    if not rows:
+        return "<p>(none)</p>"
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+    body = []
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c, "")
+            text = f"{v:.6g}" if isinstance(v, float) else str(v)
+            cls = f' class="status-{html.escape(text)}"' if c == "status" else ""
+            cells.append(f"<td{cls}>{html.escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _stage_tables(stages) -> list[str]:
+    """HTML of stages.json: a list of stages (``gflow flow``), or one entry per run
+    (``gflow text``: ``{run: {"available": bool, "stages": [...] or "why": ...}}``)."""
+    if isinstance(stages, list):
+        return [_table(stages)]
+    parts = []
+    for name, entry in stages.items():
+        parts.append(f"<h3>{html.escape(str(name))}</h3>")
+        if entry.get("available", True):
+            parts.append(_table(entry.get("stages", [])))
+        else:
+            why = html.escape(str(entry.get("why", "not available")))
+            parts.append(f"<p>no stages detected: {why}</p>")
+    return parts
+
+
+def _kv_table(d: dict) -> str:
+    return _table([{"name": k, "value": v} for k, v in d.items()])
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    name = html.escape(path.name)
+    return (
+        f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{name}</figcaption></figure>"
+    )
+
+
+def render_report(run_dir) -> str:
+    """The HTML of the report of ``run_dir``: config, statuses, stages, figures."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").exists():
+        raise FileNotFoundError(
+            f"{run_dir} has no config.json: give a directory written by a gflow command"
+        )
+    cfg = read_json(run_dir / "config.json")
+    parts = [
+        f"<h1>gflow {html.escape(str(cfg.get('command', 'run')))}: "
+        f"{html.escape(run_dir.name)}</h1>"
+    ]
+    runs = []
+    for meta in sorted(run_dir.glob("*.json")):
+        if (run_dir / f"{meta.stem}_metrics.npz").exists():
+            m = read_json(meta)
+            runs.append(
+                {
+                    "run": meta.stem,
+                    "status": m["status"],
+                    **{k: v for k, v in m["stats"].items() if v is not None},
+                }
+            )
+    if runs:
+        parts += ["<h2>Runs and solver statistics</h2>", _table(runs)]
+    if (run_dir / "stages.json").exists():
+        parts += ["<h2>Stages</h2>", *_stage_tables(read_json(run_dir / "stages.json"))]
+    if (run_dir / "sweep.json").exists():
+        sweep = read_json(run_dir / "sweep.json")
+        summary = {k: v for k, v in sweep.items() if k != "members"}
+        parts += [
+            "<h2>Sweep</h2>",
+            _kv_table(summary),
+            _table(sweep.get("members", [])),
+        ]
+    figures = sorted(run_dir.glob("*.png"))
+    if figures:
+        parts += ["<h2>Figures</h2>", *(_img(p) for p in figures)]
+    parts += [
+        "<h2>Configuration</h2>",
+        f"<pre>{html.escape(json.dumps(cfg, indent=2))}</pre>",
+    ]
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        f"<title>gflow report: {html.escape(run_dir.name)}</title>"
+        f"<style>{_STYLE}</style></head><body>{''.join(parts)}</body></html>"
+    )
+
+
+def write_report(run_dir, out=None) -> Path:
+    """Write ``report.html`` (or ``out``) for ``run_dir``; return its path."""
+    out = Path(out) if out else Path(run_dir) / "report.html"
+    atomic_write_bytes(out, render_report(run_dir).encode())
+    return out

@@ -1,0 +1,213 @@
+"""A configured learning-rate sweep on the default Markov model (``gflow sweep``).
+
+The one table where optimizer and reference names become objects lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import jax
+import numpy as np
+import optax
+
+from gflow.runs.files import read_json, write_json
+from gflow.problems.losses import PopulationLoss
+from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
+from gflow.runs.environment import environment
+from gflow.runs.flow_run import FlowConfig
+from gflow.analysis.sharpness import predicted_departure, sharpness_along
+from gflow.dynamics.optimizers import OPTIMIZERS, optimizer_named
+from gflow.analysis.sweep_compare import compare_sweep
+from gflow.dynamics.sweep import member_mesh, run_sweep
+from gflow.runs.resumable_sweep import load_members, run_sweep_resumable
+
+
+REFERENCES = {"flow": FlowReference, "modified": ModifiedFlowReference}
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """A sweep of one optimizer over step sizes; validates itself."""
+
+    optimizer: str = "sgd"
+    lrs: tuple[float, ...] = (0.4, 0.2, 0.1, 0.05)
+    t1: float = 60.0
+    reference: str = "flow"
+    num_saves: int = 101
+    threshold: float = 0.1
+    beta: float = 0.9
+    sharded: bool = True
+    chunk: int = 4
+    flow: FlowConfig = FlowConfig()
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(
+                f"optimizer: unknown {self.optimizer!r}; choose one of "
+                f"{', '.join(OPTIMIZERS)}"
+            )
+        if self.reference not in REFERENCES:
+            raise ValueError(
+                f"reference: unknown {self.reference!r}; choose one of "
+                f"{', '.join(REFERENCES)}"
+            )
+        if self.reference == "modified" and self.optimizer != "sgd":
+            raise ValueError(
+                "reference: 'modified' is the modified flow of GD; use sgd"
+            )
+        if not self.lrs or not all(lr > 0 and math.isfinite(lr) for lr in self.lrs):
+            raise ValueError(f"lrs: need positive, finite step sizes, got {self.lrs}")
+        repeated = sorted({lr for lr in self.lrs if self.lrs.count(lr) > 1})
+        if repeated:  # the order and Richardson fits need distinct step sizes
+            raise ValueError(
+                f"lrs: step sizes must be distinct, got {', '.join(map(str, repeated))}"
+                " more than once; drop the repeats"
+            )
+        if not (self.t1 > 0 and math.isfinite(self.t1)):
+            raise ValueError(f"t1: must be > 0 and finite, got {self.t1}")
+        if max(self.lrs) > self.t1:
+            raise ValueError(
+                f"lrs: step size {max(self.lrs):g} exceeds t1 = {self.t1:g}; give step "
+                "sizes <= t1 (or a longer t1)"
+            )
+        if self.num_saves < 2:
+            raise ValueError(f"num_saves: must be >= 2, got {self.num_saves}")
+        if not 0 <= self.beta < 1:
+            raise ValueError(f"beta: must lie in [0, 1), got {self.beta}")
+        if not (self.threshold > 0 and math.isfinite(self.threshold)):
+            raise ValueError(f"threshold: must be > 0 and finite, got {self.threshold}")
+        if self.chunk < 1:
+            raise ValueError(f"chunk: must be >= 1, got {self.chunk}")
+
+    @classmethod
+    def from_dict(cls, settings: dict) -> SweepConfig:
+        """A SweepConfig from JSON-like settings (a run's config.json "config")."""
+        settings = dict(settings)
+        flow = dict(settings.pop("flow", {}))
+        if "pi" in flow:
+            flow["pi"] = tuple(flow["pi"])
+        if "lrs" in settings:
+            settings["lrs"] = tuple(settings["lrs"])
+        return cls(**settings, flow=FlowConfig(**flow))
+
+    def fingerprint(self) -> str:
+        """A hash of the settings that determine the members (not the comparison)."""
+        members = dataclasses.asdict(self)
+        for key in ("reference", "threshold"):
+            members.pop(key)
+        text = json.dumps(members, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_sweep_config(
+    cfg: SweepConfig, *, key, checkpoint_dir=None, progress: bool | None = None
+) -> dict:
+    """Run the sweep that ``cfg`` describes and compare it with its reference.
+
+    With ``checkpoint_dir`` the members run in chunks of ``cfg.chunk``, each saved
+    when done, and chunks already there are read back (``gflow.runs.resumable_sweep``).
+
+    Returns ``compare_sweep``'s dict plus ``run`` (the SweepRun), ``stability``,
+    ``sharpness`` (t, λ_max along the reference of the smallest η) and, per member,
+    ``predicted_departure``.
+    """
+    chain = cfg.flow.chain()
+    loss, model = PopulationLoss(chain), cfg.flow.model()
+    method = optimizer_named(cfg.optimizer, cfg.beta)
+    optimizer, stability = method.transform(), method.stability
+    mesh = member_mesh() if cfg.sharded and jax.device_count() > 1 else None
+    kwargs = dict(t1=cfg.t1, num_saves=cfg.num_saves, mesh=mesh)
+    if checkpoint_dir is None:
+        run = run_sweep(loss, model, optimizer, cfg.lrs, **kwargs)
+    else:
+        run = run_sweep_resumable(
+            loss,
+            model,
+            optimizer,
+            cfg.lrs,
+            checkpoint_dir=checkpoint_dir,
+            fingerprint=cfg.fingerprint(),
+            chunk=cfg.chunk,
+            progress=progress,
+            **kwargs,
+        )
+    result = compare_sweep(
+        run, REFERENCES[cfg.reference](), loss, model, threshold=cfg.threshold
+    )
+    refs = result["references"]
+    if refs:
+        ref = refs[min(refs, key=lambda m: run.lrs[m])]
+        lam = sharpness_along(loss, ref, key=key)
+        result["sharpness"] = {"t": ref.t, "lambda_max": lam}
+        for rec in result["members"]:
+            rec["predicted_departure"] = predicted_departure(
+                ref.t, lam, rec["lr"], stability
+            )
+    result["run"] = run
+    result["stability"] = stability
+    return result
+
+
+def write_sweep_config(run_dir, cfg: SweepConfig) -> None:
+    """Write the run's config.json (resolved configuration, versions)."""
+    write_json(
+        Path(run_dir) / "config.json",
+        {
+            "command": "sweep",
+            "config": dataclasses.asdict(cfg),
+            "environment": environment(),
+        },
+    )
+
+
+def write_sweep_run(run_dir, cfg: SweepConfig, result: dict) -> Path:
+    """Write sweep.json and (if missing) config.json into ``run_dir``.
+
+    The figures are drawn by ``gflow.plotting.figures.sweep_figures``.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").exists():
+        write_sweep_config(run_dir, cfg)
+    sharp = result.get("sharpness")
+    write_json(
+        run_dir / "sweep.json",
+        {
+            "optimizer": cfg.optimizer,
+            "reference": cfg.reference,
+            "order": result["order"],
+            "intercept": result["intercept"],
+            "richardson": result["richardson"],
+            "t1": cfg.t1,
+            "threshold": cfg.threshold,
+            "stability_constant": result["stability"],
+            "members": result["members"],
+            "sharpness": None
+            if sharp is None
+            else {k: np.asarray(v).tolist() for k, v in sharp.items()},
+        },
+    )
+    return run_dir
+
+
+def load_sweep(run_dir) -> dict:
+    """A ``gflow sweep`` run directory: ``sweep`` (sweep.json) and ``members``.
+
+    ``members`` is the SweepRun of the saved members (losses, times and parameter
+    snapshots; ``.member(m)`` gives a Trajectory), or None when none were saved.
+    """
+    run_dir = Path(run_dir)
+    cfg = SweepConfig.from_dict(read_json(run_dir / "config.json")["config"])
+    checkpoint = run_dir / "checkpoint"
+    members = None
+    if any(checkpoint.glob("members-*.npz")):
+        members = load_members(checkpoint, cfg.flow.model())
+    sweep = read_json(run_dir / "sweep.json")
+    for rec in sweep.get("members", []):
+        if rec.get("status") == "ok":  # written before the status words were unified
+            rec["status"] = "success"
+    return {"sweep": sweep, "members": members}

@@ -1,0 +1,100 @@
+"""One of each: the status words, the optimizer table, the reference base, the
+package's public surface after a plain ``import gflow``."""
+
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+import gflow
+from gflow import (
+    OPTIMIZERS,
+    STATUSES,
+    AbstractOptimizer,
+    AbstractReference,
+    AdamODEReference,
+    FlowReference,
+    ModifiedFlowReference,
+    MomentumODEReference,
+    SweepRun,
+    Trajectory,
+    run_optimizer,
+)
+
+
+def test_status_words_are_shared_by_flows_optimizers_and_sweeps():
+    assert STATUSES == ("success", "max_steps", "diverged", "failed")
+    with pytest.raises(ValueError, match="status must be one of"):
+        Trajectory(
+            t=np.zeros(1), metrics={"loss": np.zeros(1)}, final=None, status="ok"
+        )
+    run = SweepRun(
+        lrs=np.array([0.1, 0.2]),
+        t=np.zeros((2, 2)),
+        steps=np.zeros((2, 2), int),
+        loss=np.zeros((2, 2)),
+        params=None,
+        diverged_step=np.array([-1, 3]),
+    )
+    assert [run.status(m) for m in range(2)] == ["success", "diverged"]
+    assert {run.status(m) for m in range(2)} <= set(STATUSES)
+
+
+def test_the_optimizer_table_builds_each_optimizer_once(setup):
+    loss, model = setup
+    assert list(OPTIMIZERS) == ["sgd", "momentum", "adam"]
+    with pytest.raises(TypeError):
+        AbstractOptimizer()
+    for name, cls in OPTIMIZERS.items():
+        method = gflow.optimizer_named(name, 0.5)
+        assert isinstance(method, cls) and isinstance(method, AbstractOptimizer)
+        assert method.name == name and method.stability >= 2.0
+        # the step size lives in the state, so the clock reads it: t_k = k η
+        traj = run_optimizer(loss, model, method.transform(0.05), steps=4)
+        np.testing.assert_allclose(traj.t, 0.05 * np.arange(5), rtol=1e-12)
+    # the table's optimizers are optax's: one SGD step is θ − η∇L
+    grads = jax.grad(loss)(model)
+    one = run_optimizer(loss, model, gflow.SGD().transform(0.1), steps=1)
+    sgd = optax.sgd(0.1)
+    updates, _ = sgd.update(grads, sgd.init(model), model)
+    np.testing.assert_allclose(
+        one.final.W_E, optax.apply_updates(model, updates).W_E, rtol=1e-12
+    )
+
+
+def test_references_share_one_abstract_base():
+    with pytest.raises(TypeError):
+        AbstractReference()
+    refs = [
+        FlowReference(),
+        ModifiedFlowReference(),
+        MomentumODEReference(),
+        AdamODEReference(),
+    ]
+    assert all(isinstance(r, AbstractReference) for r in refs)
+    assert [r.name for r in refs] == ["flow", "modified", "momentum_ode", "adam_ode"]
+    assert FlowReference().hyperparams(0.1) == {"learning_rate": 0.1}
+    momentum = MomentumODEReference(gamma=2.0).hyperparams(0.1)
+    assert momentum["momentum"] == pytest.approx(0.8)
+    assert momentum["learning_rate"] == pytest.approx(0.1 * 0.2)
+
+
+def test_a_plain_import_reaches_every_name_the_readme_uses():
+    """Regression: ``gflow.solvers.StiffSwitch()`` raised AttributeError after a
+    plain ``import gflow``."""
+    code = (
+        "import gflow\n"
+        "print(type(gflow.solvers.StiffSwitch()).__name__, gflow.__version__)\n"
+        "print(type(gflow.text.TextLoss).__name__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0].startswith("StiffSwitch ") and lines[0].split()[1][0].isdigit()
+    assert lines[0].split()[1] == gflow.__version__
+    assert gflow.solvers.StiffSwitch is gflow.dynamics.solvers.switch.StiffSwitch
