@@ -98,3 +98,12 @@ def test_float64_run_loads_in_a_fresh_process_without_x64(legacy):
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["float64", "float64", "float64"]
+
+
+def test_resuming_a_legacy_flow_checkpoint_is_a_clear_error(legacy, capsys):
+    from gflow.cli.main import main
+
+    assert main(["flow", "--resume", str(legacy / "flow")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoint of gflow < 0.2" in err[0]
+    assert "new output directory" in err[0]
