@@ -98,3 +98,35 @@ def test_a_plain_import_reaches_every_name_the_readme_uses():
     assert lines[0].startswith("StiffSwitch ") and lines[0].split()[1][0].isdigit()
     assert lines[0].split()[1] == gflow.__version__
     assert gflow.solvers.StiffSwitch is gflow.dynamics.solvers.switch.StiffSwitch
+
+
+def test_stage_thresholds_are_fields_of_the_detector():
+    """The edge fraction and the growth thresholds move the detected times as their
+    closed forms say; bad thresholds are refused by name."""
+    t = np.linspace(0, 100, 2001)
+    x = 1.0 / (1.0 + np.exp((t - 50.0) / 2.0))  # a logistic fall of width 2 at t = 50
+    for edge in (0.05, 0.2):
+        ((t0, t1, _),) = gflow.StageDetector(edge=edge).moves(t, x, sign=-1)
+        # a logistic covers the fraction e of its fall at 50 − 2 ln((1 − e)/e)
+        w = 2.0 * np.log((1 - edge) / edge)
+        assert t0 == pytest.approx(50 - w, abs=0.1)
+        assert t1 == pytest.approx(50 + w, abs=0.1)
+    # a fall of 0.5 counts at min_amplitude 0.1, not at 0.6
+    half = 0.5 * x
+    assert len(gflow.StageDetector().moves(t, half, sign=-1)) == 1
+    assert gflow.StageDetector(min_amplitude=0.6).moves(t, half, sign=-1) == []
+    # σ grows 100-fold: a stage at min_growth 4, none at min_growth 1000
+    sv = np.exp(np.log(100.0) * np.clip((t - 20.0) / 40.0, 0.0, 1.0))
+    assert gflow.StageDetector().growth(t, sv) is not None
+    assert gflow.StageDetector(min_growth=1000.0).growth(t, sv) is None
+    start = gflow.StageDetector(growth_start=np.log(10.0)).growth(t, sv)[0]
+    assert start == pytest.approx(20.0 + 40.0 / 2, abs=0.1)  # ln σ up by ln 10
+    for bad in (
+        dict(edge=0.5),
+        dict(min_move=0.0),
+        dict(min_amplitude=-1.0),
+        dict(growth_start=0.0),
+        dict(min_growth=1.0),
+    ):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            gflow.StageDetector(**bad)
