@@ -1,0 +1,127 @@
+"""Figures of a Transformer's heads: per-head entropy over time, attention maps."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import ArrayLike, Int
+
+from gflow.analysis.head_stages import HeadStage
+from gflow.analysis.stages import STAGE_NAMES
+from gflow.dynamics.trajectory import Trajectory
+from gflow.plotting.figure import plt, save_figure
+from gflow.plotting.stages import STAGE_COLOURS, shade_stages
+from gflow.problems.transformer import Transformer
+
+
+def _grid(n_layers: int, n_heads: int, *, width: float, height: float):
+    fig, axes = plt.subplots(
+        n_layers,
+        n_heads,
+        figsize=(width * n_heads, height * n_layers),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
+    )
+    return fig, axes
+
+
+def plot_head_entropy(
+    traj: Trajectory,
+    path: str | os.PathLike,
+    *,
+    stages: Sequence[HeadStage] | None = None,
+    title: str = "",
+) -> None:
+    """Each head's last-position attention entropy over the flow clock t.
+
+    One panel per layer (rows) and head (columns); a head's own stages and the
+    global condensation (layer = head = -1) are shaded.
+
+    Args:
+        traj: a run with the ``head_entropy`` metric [n, l, h] (``HeadObservables``).
+        path: PNG file to write.
+        stages: the list ``detect_head_stages`` returned, or None.
+        title: figure title.
+    """
+    if "head_entropy" not in traj.metrics:
+        raise ValueError("plot_head_entropy needs the metric 'head_entropy'")
+    t = np.asarray(traj.t, float)
+    ent = np.asarray(traj.metrics["head_entropy"], float)  # [n, l, h]
+    n_layers, n_heads = ent.shape[1:3]
+    fig, axes = _grid(n_layers, n_heads, width=3.2, height=2.4)
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            ax = axes[layer, head]
+            ax.plot(t, ent[:, layer, head], color="k", lw=1.2)
+            ax.set_title(f"layer {layer}, head {head}", fontsize=9)
+            if stages:
+                mine = [
+                    s for s in stages if (s.layer, s.head) in ((layer, head), (-1, -1))
+                ]
+                shade_stages(ax, mine)
+            if head == 0:
+                ax.set_ylabel("entropy (nats)")
+            if layer == n_layers - 1:
+                ax.set_xlabel("flow time t")
+    if stages:
+        names = [n for n in STAGE_NAMES if any(s.name == n for s in stages)]
+        handles = [
+            plt.Rectangle((0, 0), 1, 1, color=STAGE_COLOURS[n], alpha=0.3)
+            for n in names
+        ]
+        fig.legend(
+            handles,
+            [n.replace("_", " ") for n in names],
+            loc="lower center",
+            ncol=len(names),
+            fontsize=8,
+            bbox_to_anchor=(0.5, -0.02),
+        )
+    fig.suptitle(title or "last-position attention entropy per head")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def plot_attention_maps(
+    model: Transformer,
+    context: Int[ArrayLike, " s"],
+    path: str | os.PathLike,
+    *,
+    title: str = "",
+) -> None:
+    """Heat maps of ``model.attention(context)``: one panel per layer and head,
+    query positions down, key positions across, tokens on the ticks.
+
+    Args:
+        model: the Transformer.
+        context: int [s], one context.
+        path: PNG file to write.
+        title: figure title.
+    """
+    context = np.asarray(context)
+    attn = np.asarray(model.attention(jnp.asarray(context)), float)  # [l, h, s, s]
+    n_layers, n_heads, s, _ = attn.shape
+    fig, axes = _grid(n_layers, n_heads, width=2.8, height=2.8)
+    image = None
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            ax = axes[layer, head]
+            image = ax.imshow(
+                attn[layer, head], vmin=0.0, vmax=1.0, cmap="viridis", origin="upper"
+            )
+            ax.set_title(f"layer {layer}, head {head}", fontsize=9)
+            if s <= 32:
+                ax.set_xticks(range(s), [str(x) for x in context], fontsize=6)
+                ax.set_yticks(range(s), [str(x) for x in context], fontsize=6)
+            if head == 0:
+                ax.set_ylabel("query")
+            if layer == n_layers - 1:
+                ax.set_xlabel("key")
+    fig.suptitle(title or "attention weights")
+    fig.tight_layout()
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="weight")
+    save_figure(fig, path)

@@ -1,0 +1,469 @@
+"""Per-head observables, stages and figures of the deep Transformer (issue 14):
+known answers (uniform attention, a hand-built one-layer model, NumPy oracles), the
+observables inside a flow and under vmap, and the per-head stage rules on
+constructed signals with closed-form stage edges."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+import gflow
+from gflow import AttentionModel, MarkovChain
+from gflow.analysis.head_observables import (
+    HeadObservables,
+    head_attention_entropy,
+    product_singular_values,
+)
+from gflow.analysis.head_stages import HeadStage, detect_head_stages
+from gflow.analysis.stages import StageDetector
+from gflow.dynamics.trajectory import Trajectory
+from gflow.plotting.heads import plot_attention_maps, plot_head_entropy
+from gflow.problems.transformer import Transformer
+
+CHAIN = MarkovChain.from_lambda(pi=(0.6, 0.25, 0.1, 0.05), lam=0.5)
+OPTIONS = dict(d_ff=8, value=True, layernorm=True, residual=True, max_len=16)
+
+
+def _tokens(seed=0, batch=8, length=7):
+    return CHAIN.sample(key=jax.random.key(seed), batch=batch, length=length)
+
+
+def _deep(key=1, **kw):
+    opts = dict(OPTIONS, **kw)
+    return Transformer.init(
+        d_vocab=4, d_model=4, n_layers=2, n_heads=2, init_scale=0.5,
+        key=jax.random.key(key), **opts,
+    )  # fmt: skip
+
+
+def _entropy(p):
+    p = np.asarray(p, float)
+    return float(-np.sum(p[p > 0] * np.log(p[p > 0])))
+
+
+def _oracle(attn, contexts, top, tracked):
+    """Loops over contexts and query positions: the definitions, one at a time.
+
+    attn [b, l, h, s, s] (NumPy), contexts [b, s]."""
+    attn, contexts = np.asarray(attn, float), np.asarray(contexts)
+    b, n_layers, n_heads, s, _ = attn.shape
+    out = {
+        "head_entropy": np.zeros((n_layers, n_heads)),
+        "head_on_top": np.zeros((n_layers, n_heads)),
+        "head_tracked_on_top": np.zeros((n_layers, n_heads, len(tracked))),
+        "head_self": np.zeros((n_layers, n_heads)),
+    }
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            rows = attn[:, layer, head]
+            out["head_entropy"][layer, head] = np.mean(
+                [_entropy(rows[n, -1]) for n in range(b)]
+            )
+            top_vals, self_vals = [], []
+            per_q = [[] for _ in tracked]
+            for n in range(b):
+                for i in range(s):
+                    x = contexts[n]
+                    mass_top = sum(rows[n, i, j] for j in range(i + 1) if x[j] == top)
+                    if x[i] == top:
+                        top_vals.append(mass_top)
+                    if x[i] in tracked:
+                        self_vals.append(
+                            sum(rows[n, i, j] for j in range(i + 1) if x[j] == x[i])
+                        )
+                    for qi, q in enumerate(tracked):
+                        if x[i] == q:
+                            per_q[qi].append(mass_top)
+            out["head_on_top"][layer, head] = np.mean(top_vals) if top_vals else 0.0
+            out["head_self"][layer, head] = np.mean(self_vals) if self_vals else 0.0
+            for qi, vals in enumerate(per_q):
+                out["head_tracked_on_top"][layer, head, qi] = (
+                    np.mean(vals) if vals else 0.0
+                )
+    return out
+
+
+# ---------------------------------------------------------------- observables
+
+
+def test_uniform_attention_has_entropy_log_position():
+    """All-zero W_Q: every row i is uniform over positions 0..i, entropy log(i+1);
+    the last row's is log s in every layer and head, whatever the other options."""
+    model = _deep()
+    model = eqx.tree_at(
+        lambda m: [b.W_Q for b in m.blocks],
+        model,
+        [jnp.zeros_like(b.W_Q) for b in model.blocks],
+    )
+    tokens = _tokens()
+    s = tokens.shape[1] - 1
+    attn = np.asarray(model.attention(tokens[0, :-1]))
+    for i in range(s):
+        np.testing.assert_allclose(attn[:, :, i, : i + 1], 1.0 / (i + 1), rtol=1e-12)
+        np.testing.assert_array_equal(attn[:, :, i, i + 1 :], 0.0)
+    ent = head_attention_entropy(model, tokens)
+    assert ent.shape == (2, 2)
+    np.testing.assert_allclose(ent, np.log(s), rtol=1e-12)
+    # uniform rows: the mass on a token is its share of the positions 0..i
+    obs = HeadObservables(tokens, 0, [2, 3])
+    got = obs(model)
+    want = _oracle(jax.vmap(model.attention)(tokens[:, :-1]), tokens[:, :-1], 0, [2, 3])
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(got["head_entropy"], np.log(s), rtol=1e-12)
+
+
+@pytest.mark.parametrize("factorised", [True, False])
+def test_one_layer_model_matches_a_numpy_computation(factorised):
+    """Transformer.from_attention_model(AttentionModel): the attention rows are
+    softmax(τ e_i W_E W_A W_Eᵀ e_j) over j ≤ i, computed here in NumPy."""
+    small = AttentionModel.init(
+        d_vocab=4, d_model=3, init_scale=0.7, key=jax.random.key(2),
+        factorised=factorised,
+    )  # fmt: skip
+    model = Transformer.from_attention_model(small)
+    tokens = np.asarray(_tokens(seed=3, batch=16))
+    contexts = tokens[:, :-1]
+    W_E, W_A = np.asarray(small.W_E), np.asarray(small.W_A)
+    b, s = contexts.shape
+    attn = np.zeros((b, 1, 1, s, s))
+    for n in range(b):
+        emb = W_E[contexts[n]]
+        scores = small.tau * emb @ W_A @ emb.T
+        for i in range(s):
+            w = np.exp(scores[i, : i + 1] - scores[i, : i + 1].max())
+            attn[n, 0, 0, i, : i + 1] = w / w.sum()
+    want = _oracle(attn, contexts, 0, [3, 2, 1])
+    got = HeadObservables(tokens, 0, [3, 2, 1])(model)
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(
+        head_attention_entropy(model, tokens), want["head_entropy"], rtol=1e-10
+    )
+
+
+def _hand_model():
+    """W_E = W_P = I₃ and W_A = diag(ln 3, ln 2, 0): a query a weighs a key b by
+    exp(W_A[a, b]), i.e. 3 for 0 on 0, 2 for 1 on 1, 1 otherwise."""
+    eye = jnp.eye(3)
+    W_A = jnp.diag(jnp.array([np.log(3.0), np.log(2.0), 0.0]))
+    small = AttentionModel(W_E=eye, W_Q=W_A, W_K=None, W_P=eye)
+    return Transformer.from_attention_model(small)
+
+
+HAND_TOKENS = np.array([[0, 1, 0, 2], [1, 1, 0, 0]])
+
+
+def test_attention_on_top_and_self_by_hand():
+    """Contexts [0, 1, 0] and [1, 1, 0], top 0, tracked (1, 2).
+
+    Top-token queries: (ctx 1, pos 0) puts 1 on token 0, (ctx 1, pos 2) 6/7 (weights
+    3, 1, 3), (ctx 2, pos 2) 3/5 (weights 1, 1, 3): mean 86/105. Token-1 queries:
+    (ctx 1, pos 1) 1/3 on token 0 and 2/3 on itself (weights 1, 2), (ctx 2, pos 0
+    and 1) 0 and 1: means 1/9 and 8/9. Token 2 never queries: 0, not NaN.
+    """
+    got = HeadObservables(HAND_TOKENS, 0, [1, 2])(_hand_model())
+    np.testing.assert_allclose(got["head_on_top"], [[86 / 105]], rtol=1e-12)
+    np.testing.assert_allclose(got["head_tracked_on_top"], [[[1 / 9, 0.0]]], atol=1e-15)
+    np.testing.assert_allclose(got["head_self"], [[8 / 9]], rtol=1e-12)
+    ent = (_entropy(np.array([3, 1, 3]) / 7) + _entropy(np.array([1, 1, 3]) / 5)) / 2
+    np.testing.assert_allclose(got["head_entropy"], [[ent]], rtol=1e-12)
+    # a top token that never queries and no tracked occurrence: zeros, no NaN
+    none = HeadObservables(HAND_TOKENS, 2, [2])(_hand_model())
+    assert float(none["head_on_top"][0, 0]) == 0.0
+    assert float(none["head_tracked_on_top"][0, 0, 0]) == 0.0
+    assert float(none["head_self"][0, 0]) == 0.0
+
+
+def test_default_and_from_counts_pick_top_and_tracked():
+    # context counts over [0, 5): 6, 1, 3, 2, 0 (the last column is the target)
+    tokens = np.array([[0, 0, 0, 1, 4], [0, 0, 2, 2, 4], [2, 3, 3, 0, 4]])
+    obs = HeadObservables.default(tokens, 5)
+    assert int(obs.top) == 0 and obs.tracked.tolist() == [1, 3, 2]
+    assert HeadObservables.default(tokens, 5, n_tracked=2).tracked.tolist() == [1, 3]
+    obs = HeadObservables.from_counts(tokens, [1.0, 0.0, 9.0, 2.0, 2.0])
+    assert int(obs.top) == 2 and obs.tracked.tolist() == [0, 3, 4]
+    with pytest.raises(ValueError, match="no token other"):
+        HeadObservables.default(np.zeros((2, 3), int), 3)
+    with pytest.raises(ValueError, match=r"tokens must lie in \[0, 3\)"):
+        HeadObservables.default(tokens, 3)
+
+
+def test_singular_values_match_numpy_per_head():
+    model = _deep(key=4)
+    got = HeadObservables(_tokens(), 0, [3])(model)
+    k = 2
+    assert got["sv_W_A"].shape == got["sv_W_OV"].shape == (2, 2, k)
+    for layer, block in enumerate(model.blocks):
+        for head in range(2):
+            W_Q, W_K = np.asarray(block.W_Q[head]), np.asarray(block.W_K[head])
+            W_V, W_O = np.asarray(block.W_V[head]), np.asarray(block.W_O[head])
+            np.testing.assert_allclose(
+                got["sv_W_A"][layer, head],
+                np.linalg.svd(W_Q @ W_K.T, compute_uv=False)[:k],
+                rtol=1e-10,
+            )
+            np.testing.assert_allclose(
+                got["sv_W_OV"][layer, head],
+                np.linalg.svd(W_V @ W_O, compute_uv=False)[:k],
+                rtol=1e-10,
+            )
+    np.testing.assert_allclose(
+        got["sv_W_E"], np.linalg.svd(np.asarray(model.W_E), compute_uv=False)
+    )
+    np.testing.assert_allclose(
+        got["sv_W_P"], np.linalg.svd(np.asarray(model.W_P), compute_uv=False)
+    )
+    # a rank-deficient head: W_Q W_Kᵀ of rank 1 has one zero singular value
+    W = jnp.array([[[1.0, 0.0], [2.0, 0.0], [0.0, 0.0], [2.0, 0.0]]])
+    np.testing.assert_allclose(product_singular_values(W, W), [[9.0, 0.0]], atol=1e-12)
+    assert "sv_W_OV" not in HeadObservables(_tokens(), 0, [3])(_deep(value=False))
+
+
+class _NextTokenLoss(eqx.Module):
+    """Mean cross-entropy of the token after each context (arrays traced)."""
+
+    tokens: jax.Array
+
+    def __call__(self, model):
+        logits = jax.vmap(model)(self.tokens[:, :-1])
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, self.tokens[:, -1:], axis=-1))
+
+
+def test_observables_inside_a_flow_of_a_deep_transformer():
+    """2 layers × 2 heads with every option: recorded at every saved time inside the
+    compiled flow, equal to the observables of the first and the final model."""
+    tokens = _tokens(batch=8, length=7)
+    model = _deep()
+    obs = HeadObservables.default(tokens, 4)
+    tr = gflow.solve_flow(
+        _NextTokenLoss(tokens), model, t1=0.5, ts=np.linspace(0, 0.5, 4),
+        observables=obs, rtol=1e-8, atol=1e-10,
+    )  # fmt: skip
+    assert tr.ok
+    q = obs.tracked.shape[0]
+    shapes = {
+        "head_entropy": (4, 2, 2),
+        "head_on_top": (4, 2, 2),
+        "head_tracked_on_top": (4, 2, 2, q),
+        "head_self": (4, 2, 2),
+        "sv_W_E": (4, 4),
+        "sv_W_P": (4, 4),
+        "sv_W_A": (4, 2, 2, 2),
+        "sv_W_OV": (4, 2, 2, 2),
+    }
+    for key, shape in shapes.items():
+        assert tr.metrics[key].shape == shape, key
+        assert np.all(np.isfinite(tr.metrics[key])), key
+    first, last = obs(model), obs(tr.final)
+    for key in shapes:
+        np.testing.assert_allclose(tr.metrics[key][0], first[key], rtol=1e-10)
+        np.testing.assert_allclose(tr.metrics[key][-1], last[key], rtol=1e-10)
+    assert not np.allclose(
+        tr.metrics["head_entropy"][0], tr.metrics["head_entropy"][-1]
+    )
+
+
+def test_a_new_sample_does_not_recompile_and_everything_vmaps():
+    model = _deep()
+    traces = []
+
+    @eqx.filter_jit
+    def observe(obs, model):
+        traces.append(None)
+        return obs(model)
+
+    a = HeadObservables(_tokens(seed=0), 0, [2, 3])
+    b = HeadObservables(_tokens(seed=5), 1, [0, 2])
+    observe(a, model)
+    out_b = observe(b, model)
+    assert len(traces) == 1
+    np.testing.assert_allclose(out_b["head_self"], b(model)["head_self"], rtol=1e-12)
+    # over observables (samples, top and tracked batched) ...
+    both = jax.tree.map(lambda x, y: jnp.stack([x, y]), a, b)
+    out = jax.vmap(lambda o: o(model))(both)
+    for i, o in enumerate((a, b)):
+        for key, value in o(model).items():
+            np.testing.assert_allclose(out[key][i], value, rtol=1e-10, atol=1e-14)
+    # ... and over models
+    keys = jnp.stack([jax.random.key(1), jax.random.key(7)])
+    models = eqx.filter_vmap(lambda k: _deep_from_key(k))(keys)
+    out = eqx.filter_vmap(a)(models)
+    for i, k in enumerate((1, 7)):
+        np.testing.assert_allclose(
+            out["head_tracked_on_top"][i],
+            a(_deep(key=k))["head_tracked_on_top"],
+            rtol=1e-10,
+        )
+
+
+def _deep_from_key(key):
+    return Transformer.init(
+        d_vocab=4, d_model=4, n_layers=2, n_heads=2, init_scale=0.5, key=key,
+        **OPTIONS,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- stages
+
+DT = 0.5
+T = np.arange(0.0, 1000.0 + DT / 2, DT)
+LN19 = np.log(19.0)
+
+
+def _sig(t, centre, width):
+    return 1.0 / (1.0 + np.exp(-(t - centre) / width))
+
+
+def _lift(t, onset, rate=0.05, eps=1e-3):
+    """σ(t) = ε e^{rx}/(1 + ε e^{rx}), x = max(t - onset, 0); its growth edges."""
+    g = eps * np.exp(rate * np.clip(t - onset, 0, None))
+    start = onset + np.log(2 / (1 - eps)) / rate  # ln σ up by ln 2 from its floor
+    end = onset + np.log((3 + 4 * eps) / eps) / rate  # d ln σ/dt down to 1/4 peak
+    return g / (1 + g), (start, end)
+
+
+def _head_trajectory(t=T):
+    """Two layers × two heads. Head (0, 1) runs two cycles: focus at 80 (entropy
+    falls), dilution at 150 (the tracked queries leave the top token), σ₂ of its
+    W_A lifts from 250, then its tracked queries attend to themselves (700) and the
+    top query leaves the top token (750). Head (1, 0) only focuses, at 300. Head
+    (1, 1) wiggles below the detector's 0.1-nat amplitude; head (0, 0) is flat. The
+    loss condenses (0.5 e^{-t/5}) and falls again by 0.15 with head (0, 1)'s focus.
+    """
+    n = t.size
+    log6 = np.log(6.0)
+    loss = 0.8 + 0.5 * np.exp(-t / 5.0) - 0.15 * _sig(t, 80.0, 4.0)
+    ent = np.full((n, 2, 2), log6)
+    ent[:, 0, 1] -= 1.2 * _sig(t, 80.0, 4.0)
+    ent[:, 1, 0] -= 0.8 * _sig(t, 300.0, 6.0)
+    ent[:, 1, 1] += 0.04 * np.sin(t / 20.0)
+    tracked = np.full((n, 2, 2, 2), 0.5)
+    tracked[:, 0, 1, :] -= 0.4 * _sig(t, 150.0, 5.0)[:, None]
+    self_attn = np.full((n, 2, 2), 0.3)
+    self_attn[:, 0, 1] += 0.5 * _sig(t, 700.0, 8.0)
+    on_top = np.full((n, 2, 2), 0.9)
+    on_top[:, 0, 1] -= 0.5 * _sig(t, 750.0, 8.0)
+    sv = np.ones((n, 2, 2, 2))
+    sv[..., 1] = 1e-3
+    sv2, lift = _lift(t, 250.0)
+    sv[:, 0, 1, 1] = sv2
+    metrics = {
+        "loss": loss,
+        "head_entropy": ent,
+        "head_tracked_on_top": tracked,
+        "head_self": self_attn,
+        "head_on_top": on_top,
+        "sv_W_A": sv,
+    }
+    edges = {
+        ("focus", 1, 0, 1): (80.0 - 4.0 * LN19, 80.0 + 4.0 * LN19),
+        ("dilution", 1, 0, 1): (150.0 - 5.0 * LN19, 150.0 + 5.0 * LN19),
+        ("asymmetry_lifting", 1, 0, 1): lift,
+        ("focus", 1, 1, 0): (300.0 - 6.0 * LN19, 300.0 + 6.0 * LN19),
+        ("focus", 2, 0, 1): (700.0 - 8.0 * LN19, 700.0 + 8.0 * LN19),
+        ("dilution", 2, 0, 1): (750.0 - 8.0 * LN19, 750.0 + 8.0 * LN19),
+    }
+    return Trajectory(t=t, metrics=metrics, final=None), edges
+
+
+def test_each_head_gets_its_own_stages_at_the_constructed_times():
+    traj, edges = _head_trajectory()
+    stages = detect_head_stages(traj)
+    cond, rest = stages[0], stages[1:]
+    assert (cond.name, cond.layer, cond.head, cond.t_start) == (
+        "condensation", -1, -1, 0.0,
+    )  # fmt: skip
+    # the first plateau: the loss rate is down to 5% of its peak near 5 ln 20 = 15,
+    # long before head (0, 1)'s focus takes the loss lower still
+    assert 14.0 <= cond.t_end <= 16.5
+    assert [(s.name, s.cycle, s.layer, s.head) for s in rest] == sorted(
+        edges, key=lambda k: edges[k][0]
+    )
+    for s in rest:
+        start, end = edges[(s.name, s.cycle, s.layer, s.head)]
+        # the first grid point at which the signal has covered the edge fraction
+        assert start <= s.t_start + 1e-9 < start + DT + 1e-9, (s, start)
+        assert end <= s.t_end + 1e-9 < end + DT + 1e-9, (s, end)
+    assert [s.t_start for s in stages] == sorted(s.t_start for s in stages)
+
+
+def test_a_focus_and_a_growing_sigma_two_in_one_head_only():
+    """Only head (0, 1)'s entropy falls (logistic at 60, width 3) and only its σ₂
+    grows: a focus and an asymmetry lifting of layer 0, head 1; nothing else."""
+    t = np.arange(0.0, 500.0 + DT / 2, DT)
+    traj, _ = _head_trajectory(t)
+    m = dict(traj.metrics)
+    m["head_entropy"] = np.full((t.size, 2, 2), 1.5)
+    m["head_entropy"][:, 0, 1] -= 1.0 * _sig(t, 60.0, 3.0)
+    m["head_tracked_on_top"] = np.full((t.size, 2, 2, 2), 0.5)
+    m["loss"] = np.full(t.size, 1.0)  # no condensation: windows open at t0
+    stages = detect_head_stages(Trajectory(t=t, metrics=m, final=None))
+    _, lift = _lift(t, 250.0)
+    assert [(s.name, s.cycle, s.layer, s.head) for s in stages] == [
+        ("focus", 1, 0, 1),
+        ("asymmetry_lifting", 1, 0, 1),
+    ]
+    focus, lifting = stages
+    assert 60.0 - 3.0 * LN19 <= focus.t_start < 60.0 - 3.0 * LN19 + DT
+    assert 60.0 + 3.0 * LN19 <= focus.t_end < 60.0 + 3.0 * LN19 + DT
+    assert lift[0] <= lifting.t_start < lift[0] + DT
+    assert lift[1] <= lifting.t_end < lift[1] + DT
+
+
+def test_condensation_from_the_unigram_gap_and_the_detector_thresholds():
+    traj, _ = _head_trajectory()
+    m = dict(traj.metrics, unigram_gap=0.5 * np.exp(-T / 5.0))
+    stages = detect_head_stages(Trajectory(t=T, metrics=m, final=None))
+    # gap ≤ 5% of its initial value from t = 5 ln 20 = 14.98 on
+    assert stages[0].to_dict() == {
+        "stage": "condensation", "t_start": 0.0, "t_end": 15.0, "cycle": 1,
+        "layer": -1, "head": -1,
+    }  # fmt: skip
+    # a stricter amplitude threshold drops head (1, 0)'s 0.8-nat focus
+    strict = detect_head_stages(traj, detector=StageDetector(min_amplitude=1.0))
+    assert (1, 0) not in {(s.layer, s.head) for s in strict}
+    assert ("focus", 0, 1) in {(s.name, s.layer, s.head) for s in strict}
+
+
+def test_missing_metrics_and_bad_head_stages_are_refused():
+    traj, _ = _head_trajectory()
+    m = {k: v for k, v in traj.metrics.items() if k != "sv_W_A"}
+    with pytest.raises(ValueError, match="sv_W_A"):
+        detect_head_stages(Trajectory(t=T, metrics=m, final=None))
+    m = dict(traj.metrics, head_self=traj.metrics["head_self"][:, :1])
+    with pytest.raises(ValueError, match="head_self"):
+        detect_head_stages(Trajectory(t=T, metrics=m, final=None))
+    with pytest.raises(ValueError, match="stage name"):
+        HeadStage("plateau", 0.0, 1.0, 1, 0, 0)
+    with pytest.raises(ValueError, match="t_end"):
+        HeadStage("focus", 2.0, 1.0, 1, 0, 0)
+    with pytest.raises(ValueError, match="both -1"):
+        HeadStage("focus", 0.0, 1.0, 1, -1, 0)
+    s = HeadStage("dilution", 1.0, 2.0, 2, 1, 0)
+    assert s.stage == "dilution"
+    assert s.to_dict() == {
+        "stage": "dilution", "t_start": 1.0, "t_end": 2.0, "cycle": 2,
+        "layer": 1, "head": 0,
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------- figures
+
+
+def test_figures_are_written_as_png(tmp_path):
+    traj, _ = _head_trajectory()
+    path = tmp_path / "heads.png"
+    plot_head_entropy(traj, path, stages=detect_head_stages(traj), title="heads")
+    image = imread(path)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    plot_head_entropy(traj, tmp_path / "plain.png")
+    assert imread(tmp_path / "plain.png").size > 0
+    path = tmp_path / "maps.png"
+    plot_attention_maps(_deep(), _tokens()[1, :-1], path, title="maps")
+    image = imread(path)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
