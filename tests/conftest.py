@@ -6,6 +6,7 @@ import sys
 import time
 
 import jax
+import jaxtyping
 import pytest
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss
@@ -19,6 +20,20 @@ def _float64_everywhere():
     GD in float32): give every test float64 back afterwards."""
     yield
     jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture
+def unchecked():
+    """jaxtyping's run-time checks off for one test (pyproject.toml turns them on).
+
+    For tests of gflow's own argument checks: they pass arguments that break the
+    annotations on purpose, to reach the ValueError that every caller without the
+    checks gets.
+    """
+    before = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    yield
+    jaxtyping.config.update("jaxtyping_disable", before)
 
 
 @pytest.fixture

@@ -293,7 +293,7 @@ def test_evaluations_of_a_solve_whose_only_step_was_rejected(setup):
     assert tr.stats["grad_evals"] == 1 + 2 * 30
 
 
-def test_evaluations_per_step_of_other_solvers():
+def test_evaluations_per_step_of_other_solvers(unchecked):  # duck-typed solvers
     from gflow.dynamics.flow import grad_evals_per_step
 
     class Counted:
@@ -313,7 +313,7 @@ def test_evaluations_per_step_of_other_solvers():
         (0.0, 1.0, [[0.0, 1.0]], False),  # not 1-D
     ],
 )
-def test_save_times_tolerate_clock_round_off_only(setup, t0, t1, ts, ok):
+def test_save_times_tolerate_clock_round_off_only(setup, t0, t1, ts, ok, unchecked):
     loss, model = setup
     if not ok:
         with pytest.raises(ValueError, match="ts"):

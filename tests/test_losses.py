@@ -147,7 +147,7 @@ def test_population_attention_rows_are_distributions(key):
     )
 
 
-def test_sequence_loss_rejects_bad_tokens(key):
+def test_sequence_loss_rejects_bad_tokens(key, unchecked):
     m = AttentionModel.init(d_vocab=4, d_model=4, key=key)
     with pytest.raises(ValueError, match="tokens"):
         sequence_loss(m, jnp.zeros((3,), int))

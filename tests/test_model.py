@@ -24,7 +24,7 @@ def test_same_key_same_bits(key):
     )
 
 
-def test_keyword_constructor_and_shape_checks():
+def test_keyword_constructor_and_shape_checks(unchecked):
     z = jnp.zeros
     AttentionModel(W_E=z((3, 2)), W_Q=z((2, 2)), W_K=z((2, 2)), W_P=z((2, 3)))
     with pytest.raises(ValueError, match="W_P"):

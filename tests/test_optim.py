@@ -196,7 +196,7 @@ def test_a_given_optimizer_state_and_the_default_saves(setup):
         ({"steps": 5, "save_every": 1.5}, "save_every"),
     ],
 )
-def test_bad_learning_rates_and_counts(setup, kwargs, match):
+def test_bad_learning_rates_and_counts(setup, kwargs, match, unchecked):
     loss, model = setup
     kwargs = {
         "optimizer": optax.inject_hyperparams(optax.sgd)(learning_rate=0.1),

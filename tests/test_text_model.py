@@ -208,7 +208,7 @@ def test_full_batch_loop_matches_optax_and_snapshot_observables(model, windows):
 
 
 def test_full_batch_loop_stops_on_divergence(model, windows):
-    from gflow.dynamics.optimizers import SGD, Momentum
+    from gflow.dynamics.optimizers import SGD
     from gflow.text.fullbatch import run_full_batch
 
     traj = run_full_batch(
@@ -224,6 +224,12 @@ def test_full_batch_loop_stops_on_divergence(model, windows):
     saved = np.array([0, 2, 4, 7])
     assert np.all(np.isnan(traj.metrics["loss"][saved > k]))
     assert np.isfinite(traj.metrics["loss"][0])
+
+
+def test_full_batch_loop_refuses_other_optimizers(model, windows, unchecked):
+    from gflow.dynamics.optimizers import Momentum
+    from gflow.text.fullbatch import run_full_batch
+
     with pytest.raises(ValueError, match="optimizer must be"):
         run_full_batch(TextLoss(windows), model, optimizer=Momentum(),
                        learning_rate=0.1, steps=2, num_saves=1)  # fmt: skip

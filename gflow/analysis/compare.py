@@ -9,18 +9,25 @@ first exceeds a threshold, and the shift of stage times found by any stage detec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float, Real
 
+from gflow.array_types import RealVector
 from gflow.dynamics.trajectory import Trajectory, parameter_distance
 from gflow.problems.losses import population_attention
 
 
-def departure_time(t, distance, threshold: float) -> float | None:
+def departure_time(
+    t: Real[ArrayLike, " n"] | Sequence[float],
+    distance: Real[ArrayLike, " n"] | Sequence[float],
+    threshold: float,
+) -> float | None:
     """The first saved time at which ``distance`` exceeds ``threshold`` (None: never).
 
     A NaN distance (a diverged run) counts as exceeding it.
@@ -40,7 +47,9 @@ def _attention_tv(snaps_a, snaps_b, pi):
     return jax.vmap(tv)(snaps_a, snaps_b)  # [n, d]
 
 
-def attention_drift(a: Trajectory, b: Trajectory, pi) -> np.ndarray:
+def attention_drift(
+    a: Trajectory, b: Trajectory, pi: Real[ArrayLike, " d"]
+) -> Float[np.ndarray, "n d"]:
     """Per-query total variation between two runs' attention, float [n, d]."""
     n = min(len(a), len(b))
 
@@ -54,7 +63,9 @@ def attention_drift(a: Trajectory, b: Trajectory, pi) -> np.ndarray:
     )
 
 
-def stage_times(detected) -> dict[str, float | None]:
+def stage_times(
+    detected: Mapping[str, float | None] | Iterable[Any],
+) -> dict[str, float | None]:
     """Stage name -> time, from a detector's output.
 
     Accepts a mapping name -> time, or a sequence of records with a ``name`` and one
@@ -95,7 +106,7 @@ def compare(
     ref: Trajectory,
     *,
     threshold: float = 0.1,
-    pi=None,
+    pi: Real[ArrayLike, " d"] | None = None,
     stage_detector: Callable | None = None,
 ) -> dict:
     """All comparison measures of ``run`` against ``ref`` at their common times.
@@ -130,7 +141,9 @@ def compare(
     return out
 
 
-def fit_order(lrs, errors) -> tuple[float, float]:
+def fit_order(
+    lrs: RealVector, errors: Real[ArrayLike, " _M"] | Sequence[float | None]
+) -> tuple[float, float]:
     """Least-squares fit log error = p log η + c over finite positive errors: (p, c)."""
     lrs, errors = np.asarray(lrs, float), np.asarray(errors, float)
     ok = np.isfinite(errors) & (errors > 0)

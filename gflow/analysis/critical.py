@@ -18,9 +18,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import ArrayLike, Float
 
 from gflow.analysis.hessian import dense_hessian, flatten
+from gflow.array_types import LossFn, Model, RealVector
 
 
 @eqx.filter_jit
@@ -35,8 +36,13 @@ def _newton_step(loss_fn, model, rcond):
 
 
 def newton_critical_point(
-    loss_fn, model, *, iters: int = 20, tol: float = 1e-10, rcond: float = 1e-8
-):
+    loss_fn: LossFn,
+    model: Model,
+    *,
+    iters: int = 20,
+    tol: float = 1e-10,
+    rcond: float = 1e-8,
+) -> tuple[Model, list[float]]:
     """Newton's method on ∇L = 0 from ``model``.
 
     Args:
@@ -61,13 +67,15 @@ def newton_critical_point(
     return model, norms
 
 
-def hessian_spectrum(loss_fn, model):
+def hessian_spectrum(
+    loss_fn: LossFn, model: Model
+) -> tuple[Float[np.ndarray, " n"], Float[np.ndarray, "n n"]]:
     """(eigenvalues [n] ascending, eigenvectors [n, n]) of the dense Hessian."""
     lam, V = jnp.linalg.eigh(dense_hessian(loss_fn, model))
     return np.asarray(lam), np.asarray(V)
 
 
-def block_slices(model) -> dict[str, slice]:
+def block_slices(model: Model) -> dict[str, slice]:
     """Name -> slice of the flat parameter vector for each array field of the model."""
     out, start = {}, 0
     for name in ("W_E", "W_Q", "W_K", "W_P"):
@@ -82,7 +90,9 @@ def block_slices(model) -> dict[str, slice]:
     return out
 
 
-def block_weights(model, vectors: Float[Array, "n k"]) -> dict[str, np.ndarray]:
+def block_weights(
+    model: Model, vectors: Float[ArrayLike, "n k"]
+) -> dict[str, Float[np.ndarray, " k"]]:
     """Fraction of each (unit) column's squared norm in each parameter block."""
     vectors = np.asarray(vectors)
     return {
@@ -90,7 +100,12 @@ def block_weights(model, vectors: Float[Array, "n k"]) -> dict[str, np.ndarray]:
     }
 
 
-def linearised_flow(lam, V, delta0, ts) -> np.ndarray:
+def linearised_flow(
+    lam: Float[ArrayLike, " n"],
+    V: Float[ArrayLike, "n n"],
+    delta0: Float[ArrayLike, " n"],
+    ts: RealVector,
+) -> Float[np.ndarray, "T n"]:
     """δθ(t) = V exp(−Λt) Vᵀ δθ₀ at every t in ``ts``: [len(ts), n]."""
     coef = np.asarray(V).T @ np.asarray(delta0)  # [n]
     decay = np.exp(-np.outer(np.asarray(ts), np.asarray(lam)))  # [T, n]

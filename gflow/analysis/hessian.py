@@ -7,14 +7,18 @@ flow's Jacobian is −H, so these give its stiffness (λ_max) and unstable direc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from gflow.array_types import LossFn, Model
 
 
-def flatten(model):
+def flatten(model: Model) -> tuple[Float[Array, " n"], Callable[[Array], Model]]:
     """(x, unravel): the model's floating-point leaves as one vector, and the inverse.
 
     ``unravel(x)`` gives back a full model (static fields and non-float leaves kept).
@@ -24,27 +28,33 @@ def flatten(model):
     return x, lambda y: eqx.combine(unflat(y), static)
 
 
-def flat_loss(loss_fn, model):
+def flat_loss(
+    loss_fn: LossFn, model: Model
+) -> tuple[Callable[[Array], Float[Array, ""]], Float[Array, " n"]]:
     """(f, x0): ``f(x) = loss_fn(unravel(x))`` on the flat parameter vector, and x0."""
     x0, unravel = flatten(model)
     return (lambda x: loss_fn(unravel(x))), x0
 
 
-def hvp(loss_fn, model, v: Float[Array, " n"]) -> Float[Array, " n"]:
+def hvp(loss_fn: LossFn, model: Model, v: Float[Array, " n"]) -> Float[Array, " n"]:
     """H v at ``model``, with v a flat vector [n] (n = number of parameters)."""
     f, x0 = flat_loss(loss_fn, model)
     return jax.jvp(jax.grad(f), (x0,), (v,))[1]
 
 
 @eqx.filter_jit
-def dense_hessian(loss_fn, model) -> Float[Array, "n n"]:
+def dense_hessian(loss_fn: LossFn, model: Model) -> Float[Array, "n n"]:
     """The full Hessian [n, n] of ``loss_fn`` at ``model`` (small models only)."""
     f, x0 = flat_loss(loss_fn, model)
     H = jax.hessian(f)(x0)
     return (H + H.T) / 2
 
 
-def lanczos(matvec, v0: Float[Array, " n"], iters: int):
+def lanczos(
+    matvec: Callable[[Float[Array, " n"]], Float[Array, " n"]],
+    v0: Float[Array, " n"],
+    iters: int,
+) -> tuple[Float[Array, " k"], Float[Array, "n k"]]:
     """Lanczos tridiagonalisation with full re-orthogonalisation.
 
     Args:
@@ -81,7 +91,14 @@ def lanczos(matvec, v0: Float[Array, " n"], iters: int):
 
 
 @eqx.filter_jit
-def extreme_eigenpairs(loss_fn, model, *, key, iters: int = 40, v0=None):
+def extreme_eigenpairs(
+    loss_fn: LossFn,
+    model: Model,
+    *,
+    key: PRNGKeyArray | None,
+    iters: int = 40,
+    v0: Float[Array, " n"] | None = None,
+) -> tuple[Float[Array, " k"], Float[Array, "n k"]]:
     """Lanczos estimates of the Hessian's extreme eigenpairs at ``model``.
 
     Args:
@@ -107,7 +124,14 @@ def extreme_eigenpairs(loss_fn, model, *, key, iters: int = 40, v0=None):
     return lanczos(matvec, v0, iters)
 
 
-def max_eigenvalue(loss_fn, model, *, key, iters: int = 40, v0=None):
+def max_eigenvalue(
+    loss_fn: LossFn,
+    model: Model,
+    *,
+    key: PRNGKeyArray | None,
+    iters: int = 40,
+    v0: Float[Array, " n"] | None = None,
+) -> tuple[Float[Array, ""], Float[Array, " n"]]:
     """λ_max of the Hessian and its eigenvector [n], by Lanczos (extreme_eigenpairs)."""
     evals, evecs = extreme_eigenpairs(loss_fn, model, key=key, iters=iters, v0=v0)
     return evals[-1], evecs[:, -1]

@@ -8,23 +8,27 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float, Real
 
 from gflow.problems.losses import population_attention
+from gflow.problems.markov import MarkovChain
+from gflow.problems.model import AttentionModel
 
 
-def singular_values(W: Float[Array, "a b"]) -> Float[Array, " k"]:
+def singular_values(W: Float[ArrayLike, "a b"]) -> Float[Array, " k"]:
     """Singular values of W in decreasing order."""
     return jnp.linalg.svd(W, compute_uv=False)
 
 
-def entropy(p: Float[Array, "... n"], axis: int = -1) -> Float[Array, "..."]:
+def entropy(p: Float[ArrayLike, "... n"], axis: int = -1) -> Float[Array, "..."]:
     """Shannon entropy (nats) along ``axis``, with 0 log 0 = 0."""
     safe = jnp.where(p > 0, p, 1.0)
     return -jnp.sum(jnp.where(p > 0, p * jnp.log(safe), 0.0), axis=axis)
 
 
-def attention_entropy(model, pi) -> Float[Array, ""]:
+def attention_entropy(
+    model: AttentionModel, pi: Real[ArrayLike, " d"]
+) -> Float[Array, ""]:
     """π-weighted entropy Σ_i π_i H(a_i·) of the population attention matrix."""
     pi = jnp.asarray(pi, dtype=model.W_E.dtype)
     return jnp.sum(pi * entropy(population_attention(model, pi)))
@@ -38,12 +42,12 @@ class MarkovObservables(eqx.Module):
     of W_E, W_P and W_A. As a Module its π is traced, so a new chain does not recompile.
     """
 
-    pi: Array
+    pi: Float[Array, " d"]
 
-    def __init__(self, chain):
+    def __init__(self, chain: MarkovChain):
         self.pi = jnp.asarray(chain.pi)
 
-    def __call__(self, model) -> dict[str, Array]:
+    def __call__(self, model: AttentionModel) -> dict[str, Float[Array, "..."]]:
         pi = self.pi.astype(model.W_E.dtype)
         attn = population_attention(model, pi)
         return {

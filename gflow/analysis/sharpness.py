@@ -17,14 +17,20 @@ the unstable mode needs steps to grow): see docs/flow_vs_optimizers.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import numpy as np
+from jaxtyping import ArrayLike, Float, PRNGKeyArray, Real
 
 from gflow.analysis.hessian import flatten, max_eigenvalue
+from gflow.array_types import LossFn
 from gflow.dynamics.trajectory import Trajectory
 
 
-def sharpness_along(loss_fn, traj: Trajectory, *, key, iters: int = 20) -> np.ndarray:
+def sharpness_along(
+    loss_fn: LossFn, traj: Trajectory, *, key: PRNGKeyArray, iters: int = 20
+) -> Float[np.ndarray, " n"]:
     """λ_max of the Hessian at every snapshot of ``traj``, float [n].
 
     Lanczos with ``iters`` Krylov vectors, warm-started from the previous snapshot's
@@ -42,7 +48,12 @@ def sharpness_along(loss_fn, traj: Trajectory, *, key, iters: int = 20) -> np.nd
     return np.asarray(lams)
 
 
-def predicted_departure(t, lam_max, lr: float, stability: float) -> float | None:
+def predicted_departure(
+    t: Real[ArrayLike, " n"] | Sequence[float],
+    lam_max: Real[ArrayLike, " n"] | Sequence[float],
+    lr: float,
+    stability: float,
+) -> float | None:
     """The first saved t with λ_max(t) > stability/η (None: the bound is never met)."""
     t, lam_max = np.asarray(t, float), np.asarray(lam_max, float)
     over = lam_max > stability / lr

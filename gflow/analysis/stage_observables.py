@@ -14,27 +14,29 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int, Real
 
 from gflow.analysis.observables import entropy
 from gflow.problems.losses import population_attention, population_logits
+from gflow.problems.markov import MarkovChain
+from gflow.problems.model import AttentionModel
 
 
-def effective_rank(sv: Float[Array, " k"]) -> Float[Array, ""]:
+def effective_rank(sv: Float[ArrayLike, " k"]) -> Float[Array, ""]:
     """exp of the entropy of σ/Σσ (Roy & Vetterli): 1 for rank one, k for k equal σ."""
     total = jnp.sum(sv)
     p = sv / jnp.where(total > 0, total, 1.0)
     return jnp.exp(entropy(p))
 
 
-def cosine(a: Float[Array, "..."], b: Float[Array, "..."]) -> Float[Array, ""]:
+def cosine(a: Float[ArrayLike, "..."], b: Float[ArrayLike, "..."]) -> Float[Array, ""]:
     """Cosine of the angle between two arrays seen as flat vectors."""
     a, b = a.ravel(), b.ravel()
     return a @ b / (jnp.linalg.norm(a) * jnp.linalg.norm(b))
 
 
 def token_coordinates(
-    W_E: Float[Array, "d m"], pi: Float[Array, " d"], k: int
+    W_E: Float[ArrayLike, "d m"], pi: Float[ArrayLike, " d"], k: int
 ) -> Float[Array, "d k"]:
     """Each token's embedding coordinate on W_E's top ``k`` right singular directions.
 
@@ -50,7 +52,7 @@ def token_coordinates(
     return coords * jnp.where(sign == 0, 1.0, sign)
 
 
-def align_signs(coords: np.ndarray) -> np.ndarray:
+def align_signs(coords: Real[np.ndarray, "n d k"]) -> Float[np.ndarray, "n d k"]:
     """Flip the time series of coordinates [n, d, k] so each direction is continuous.
 
     Direction j at time i is flipped when it points away from its (already aligned)
@@ -76,20 +78,20 @@ class StageObservables(eqx.Module):
     traced: a new chain with the same d does not recompile.
     """
 
-    pi: Array
-    P: Array
-    unigram_loss: Array
-    bayes_loss: Array
+    pi: Float[Array, " d"]
+    P: Float[Array, "d d"]
+    unigram_loss: Float[Array, ""]
+    bayes_loss: Float[Array, ""]
     k: int = eqx.field(static=True, default=3)
 
-    def __init__(self, chain, k: int = 3):
+    def __init__(self, chain: MarkovChain, k: int = 3):
         self.pi = jnp.asarray(chain.pi)
         self.P = jnp.asarray(chain.P)
         self.unigram_loss = jnp.asarray(chain.unigram_loss)
         self.bayes_loss = jnp.asarray(chain.bayes_loss)
         self.k = min(int(k), len(chain.pi))
 
-    def __call__(self, model) -> dict[str, Array]:
+    def __call__(self, model: AttentionModel) -> dict[str, Float[Array, "..."]]:
         dtype = model.W_E.dtype
         pi, P = self.pi.astype(dtype), self.P.astype(dtype)
         attn = population_attention(model, pi)  # [d, d]
@@ -121,7 +123,9 @@ class StageObservables(eqx.Module):
         }
 
 
-def sequence_attention(model, context: Int[Array, " s"]) -> Float[Array, "s s"]:
+def sequence_attention(
+    model: AttentionModel, context: Int[Array, " s"]
+) -> Float[Array, "s s"]:
     """Causal attention rows of a sequence model: row q is query position q's weights.
 
     Row q holds softmax over positions 0..q of τ (e_{x_q} W_E) W_A (e_{x_j} W_E)ᵀ and

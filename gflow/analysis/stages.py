@@ -30,8 +30,13 @@ A stage still under way at the end of the trajectory ends at the last saved time
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
+from jaxtyping import ArrayLike, Real
+
+from gflow.array_types import RealVector
+from gflow.dynamics.trajectory import Trajectory
 
 #: Stage names in the order they occur within a cycle.
 STAGE_NAMES = ("condensation", "focus", "dilution", "asymmetry_lifting")
@@ -56,7 +61,7 @@ class Stage:
     def stage(self) -> str:
         return self.name
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str | float | int]:
         return {
             "stage": self.name,
             "t_start": float(self.t_start),
@@ -65,7 +70,7 @@ class Stage:
         }
 
 
-def turning_points(x: np.ndarray, threshold: float) -> list[int]:
+def turning_points(x: RealVector, threshold: float) -> list[int]:
     """Indices of the significant extrema of ``x`` (a zigzag filter).
 
     A turning point is confirmed once ``x`` has moved ``threshold`` away from it; the
@@ -130,7 +135,14 @@ class StageDetector:
         if not self.min_growth > 1:
             raise ValueError(f"min_growth must be > 1, got {self.min_growth}")
 
-    def moves(self, t, x, *, sign: int, window=(-np.inf, np.inf)):
+    def moves(
+        self,
+        t: Real[ArrayLike, " n"] | Sequence[float],
+        x: Real[ArrayLike, " n"] | Sequence[float],
+        *,
+        sign: int,
+        window: tuple[float, float] = (-np.inf, np.inf),
+    ) -> list[tuple[float, float, float]]:
         """The rises (``sign=+1``) or falls (``-1``) of ``x`` inside a time window.
 
         Returns a list of (t_start, t_end, amplitude): the times at which the signal has
@@ -160,7 +172,13 @@ class StageDetector:
             out.append((float(t[i0]), float(t[i1]), float(abs(amp))))
         return out
 
-    def growth(self, t, sv, *, after: float = -np.inf):
+    def growth(
+        self,
+        t: Real[ArrayLike, " n"] | Sequence[float],
+        sv: Real[ArrayLike, " n"] | Sequence[float],
+        *,
+        after: float = -np.inf,
+    ) -> tuple[float, float] | None:
         """The growth of one singular value: (t_start, t_end) or None.
 
         Starts once ln σ exceeds its minimum (after ``after``) by ln 2 and ends when the
@@ -186,7 +204,9 @@ class StageDetector:
         i1 = ipeak + int(slow[0]) if slow.size else t.size - 1
         return float(t[i0]), float(t[i1])
 
-    def detect(self, trajectory, *, pi=None) -> list[Stage]:
+    def detect(
+        self, trajectory: Trajectory, *, pi: RealVector | None = None
+    ) -> list[Stage]:
         """The stages of a Markov population run, in time order (rules: module
         docstring).
 
@@ -258,7 +278,10 @@ class StageDetector:
 
 
 def detect_stages(
-    trajectory, *, pi=None, detector: StageDetector | None = None
+    trajectory: Trajectory,
+    *,
+    pi: RealVector | None = None,
+    detector: StageDetector | None = None,
 ) -> list[Stage]:
     """The stages of a Markov population run, in time order (rules: module docstring).
 

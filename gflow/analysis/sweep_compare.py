@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from gflow.analysis.compare import compare, fit_order, richardson
+from gflow.array_types import LossFn, Model, Observables
+from gflow.dynamics.references.base import AbstractReference
 from gflow.dynamics.sweep import SweepRun
 
 
 def compare_sweep(
     run: SweepRun,
-    reference,
-    loss_fn,
-    model,
+    reference: AbstractReference,
+    loss_fn: LossFn,
+    model: Model,
     *,
     threshold: float = 0.1,
-    observables=None,
+    observables: Observables = None,
 ) -> dict:
     """Compare every member of ``run`` with ``reference`` and fit the order.
 

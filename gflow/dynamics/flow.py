@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, PyTree, Real
 
+from gflow.array_types import LossFn, Model, Observables
 from gflow.dynamics.metrics import evaluate_metrics
 from gflow.dynamics.trajectory import Trajectory
 
@@ -22,12 +25,12 @@ class GradientField(eqx.Module):
     loss_fn: object
     static: object
 
-    def __call__(self, t, params, args):
+    def __call__(self, t: Real[ArrayLike, ""], params: PyTree, args: PyTree) -> PyTree:
         grads = jax.grad(lambda p: self.loss_fn(eqx.combine(p, self.static)))(params)
         return jax.tree.map(jnp.negative, grads)
 
 
-def grad_evals_per_step(solver) -> int | None:
+def grad_evals_per_step(solver: diffrax.AbstractSolver) -> int | None:
     """Gradient evaluations per attempted step of an explicit Runge-Kutta solver.
 
     Read from the solver's Butcher tableau (stages, less one when the last stage is
@@ -130,11 +133,11 @@ def _status(result, metrics_ok: bool) -> str:
 
 
 def solve_flow(
-    loss_fn,
-    model,
+    loss_fn: LossFn,
+    model: Model,
     *,
     t1: float,
-    ts=None,
+    ts: Real[ArrayLike, " n"] | Sequence[float] | None = None,
     t0: float = 0.0,
     solver: diffrax.AbstractSolver | None = None,
     rtol: float = 1e-6,
@@ -142,7 +145,7 @@ def solve_flow(
     dt0: float | None = None,
     stepsize_controller: diffrax.AbstractStepSizeController | None = None,
     max_steps: int = 1_000_000,
-    observables=None,
+    observables: Observables = None,
     save_params: bool = False,
     progress: bool | None = None,
 ) -> Trajectory:

@@ -13,19 +13,23 @@ from collections.abc import Callable, Mapping
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
+
+from gflow.array_types import LossFn, Model, Observables
 
 Observable = Callable[..., Array]
 
 
-def gradient_norm(loss_fn, model) -> Float[Array, ""]:
+def gradient_norm(loss_fn: LossFn, model: Model) -> Float[Array, ""]:
     """|∇L| over all floating-point leaves of the model."""
     grads = eqx.filter_grad(loss_fn)(model)
     leaves = jax.tree.leaves(eqx.filter(grads, eqx.is_inexact_array))
     return jnp.sqrt(sum(jnp.sum(g**2) for g in leaves))
 
 
-def evaluate_metrics(loss_fn, observables: Mapping[str, Observable] | None, model):
+def evaluate_metrics(
+    loss_fn: LossFn, observables: Observables, model: Model
+) -> dict[str, ArrayLike]:
     """The loss, the gradient norm and every observable at ``model``.
 
     ``observables`` is a dict name -> ``fn(model)``, or one callable (an eqx.Module,

@@ -9,7 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree, Real, Scalar
 
+from gflow.array_types import LossFn, Model, Observables
 from gflow.dynamics.metrics import evaluate_metrics
 from gflow.dynamics.optimizer_step import DEFAULT_BLOWUP, guarded_step
 from gflow.dynamics.trajectory import Trajectory
@@ -31,12 +33,12 @@ def _hyperparam_states(state) -> list:
     return found
 
 
-def has_injected_learning_rate(state) -> bool:
+def has_injected_learning_rate(state: PyTree) -> bool:
     """Whether an optax state holds a ``learning_rate`` from ``inject_hyperparams``."""
     return any("learning_rate" in s.hyperparams for s in _hyperparam_states(state))
 
 
-def injected_learning_rate(state):
+def injected_learning_rate(state: PyTree) -> Real[ArrayLike, "..."]:
     """The ``learning_rate`` stored by ``inject_hyperparams`` (the last one used)."""
     for s in _hyperparam_states(state):
         if "learning_rate" in s.hyperparams:
@@ -54,7 +56,7 @@ class StepClock(eqx.Module):
 
     learning_rate: object = None
 
-    def __call__(self, step, new_state):
+    def __call__(self, step: Int[Array, ""], new_state: PyTree) -> Real[ArrayLike, ""]:
         if self.learning_rate is None:
             return injected_learning_rate(new_state)
         if callable(self.learning_rate):
@@ -64,19 +66,19 @@ class StepClock(eqx.Module):
 
 @eqx.filter_jit
 def run_core(
-    params,
-    static,
-    opt_state,
-    loss_fn,
-    optimizer,
-    clock,
-    observables,
+    params: PyTree,
+    static: PyTree,
+    opt_state: PyTree,
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation,
+    clock: Callable[[Int[Array, ""], PyTree], Real[ArrayLike, ""]],
+    observables: Observables,
     *,
-    steps,
-    save_every,
-    save_params,
-    blowup,
-):
+    steps: int,
+    save_every: int,
+    save_params: bool,
+    blowup: float | Scalar,
+) -> tuple[Float[Array, " n"], dict[str, Array], PyTree | None, PyTree, Int[Array, ""]]:
     """The jitted optimizer loop; pure, so it can be vmapped over ``opt_state``.
 
     Returns (times [n], metrics {name: [n, ...]}, params snapshots or None,
@@ -129,17 +131,17 @@ def run_core(
 
 
 def run_optimizer(
-    loss_fn,
-    model,
+    loss_fn: LossFn,
+    model: Model,
     optimizer: optax.GradientTransformation,
     *,
     steps: int,
     save_every: int | None = None,
     learning_rate: float | Callable | None = None,
-    observables=None,
+    observables: Observables = None,
     save_params: bool = False,
     blowup: float = DEFAULT_BLOWUP,
-    opt_state=None,
+    opt_state: PyTree | None = None,
 ) -> Trajectory:
     """Run an optax optimizer for ``steps`` steps on the shared flow clock.
 

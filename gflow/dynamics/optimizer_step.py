@@ -46,7 +46,7 @@ def guarded_step(
     *,
     blowup: float | Scalar = DEFAULT_BLOWUP,
     active: Bool[Array, ""] | bool = True,
-):
+) -> tuple[PyTree, PyTree, Int[Array, ""], Scalar, PyTree]:
     """Step ``k`` of ``optimizer``, frozen once the run has diverged.
 
     Args:

@@ -20,7 +20,7 @@ segment, so the loss can only rise once ηλ_max > 2 somewhere on the step.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import equinox as eqx
 import jax
@@ -28,7 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.typing import DTypeLike
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree, Real, Scalar
 
+from gflow.array_types import LossFn, Model, RealVector
 from gflow.dynamics.optimizer_step import DEFAULT_BLOWUP, guarded_step
 from gflow.dynamics.trajectory import Trajectory
 
@@ -36,7 +39,7 @@ from gflow.dynamics.trajectory import Trajectory
 MEMBER_AXIS = "members"
 
 
-def save_steps(lrs, t1: float, num_saves: int) -> np.ndarray:
+def save_steps(lrs: RealVector, t1: float, num_saves: int) -> Int[np.ndarray, "M S"]:
     """Steps k_j = round(t_j / η) at which each member is saved, int [M, num_saves].
 
     t_j = linspace(0, t1, num_saves); member m is then at time k_j η_m, within η_m/2
@@ -49,7 +52,9 @@ def save_steps(lrs, t1: float, num_saves: int) -> np.ndarray:
     return np.maximum.accumulate(steps, axis=1)
 
 
-def with_hyperparams(opt_state, values: dict, dtype):
+def with_hyperparams(
+    opt_state: PyTree, values: Mapping[str, Real[ArrayLike, ""]], dtype: DTypeLike
+) -> PyTree:
     """``opt_state`` with the ``inject_hyperparams`` values replaced by ``values``."""
     if not isinstance(
         opt_state, (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState)
@@ -71,8 +76,17 @@ def with_hyperparams(opt_state, values: dict, dtype):
 
 @eqx.filter_jit
 def sweep_core(
-    params, static, opt_states, steps_at, loss_fn, optimizer, blowup, max_loss_ratio
-):
+    params: PyTree,
+    static: PyTree,
+    opt_states: PyTree,
+    steps_at: Int[Array, "M S"],
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation,
+    blowup: float | Scalar,
+    max_loss_ratio: Float[Array, ""],
+) -> tuple[
+    Float[Array, "M S"], PyTree, Int[Array, " M"], Int[Array, " M"], Int[Array, " M"]
+]:
     """The jitted sweep: vmapped over members (``opt_states``, ``steps_at`` [M, S]).
 
     ``blowup`` bounds the parameter norm and ``max_loss_ratio`` × the initial loss
@@ -159,15 +173,15 @@ class SweepRun:
             recorded.
     """
 
-    lrs: np.ndarray
-    t: np.ndarray
-    steps: np.ndarray
-    loss: np.ndarray
-    params: object
-    diverged_step: np.ndarray
+    lrs: Float[np.ndarray, " M"]
+    t: Float[np.ndarray, "M S"]
+    steps: Int[np.ndarray, "M S"]
+    loss: Float[np.ndarray, "M S"]
+    params: PyTree
+    diverged_step: Int[np.ndarray, " M"]
     info: dict = dataclasses.field(default_factory=dict)
-    first_rise_step: np.ndarray | None = None
-    rises: np.ndarray | None = None
+    first_rise_step: Int[np.ndarray, " M"] | None = None
+    rises: Int[np.ndarray, " M"] | None = None
 
     def first_rise_time(self, m: int) -> float | None:
         """Flow time k·η of member m's first loss rise (None: none or unrecorded)."""
@@ -201,17 +215,17 @@ class SweepRun:
         )
 
 
-def member_mesh(devices=None) -> Mesh:
+def member_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A one-axis mesh over ``devices`` (default: all local devices)."""
     devices = jax.devices() if devices is None else list(devices)
     return Mesh(np.asarray(devices), (MEMBER_AXIS,))
 
 
 def run_sweep(
-    loss_fn,
-    model,
+    loss_fn: LossFn,
+    model: Model,
     optimizer: optax.GradientTransformation,
-    lrs,
+    lrs: RealVector,
     *,
     t1: float,
     num_saves: int = 101,

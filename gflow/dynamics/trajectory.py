@@ -9,6 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import PyTree, Real
 
 #: Status values shared by flows and optimizer runs.
 STATUSES = ("success", "max_steps", "diverged", "failed")
@@ -29,10 +30,10 @@ class Trajectory:
         info: what produced the run (solver or optimizer, tolerances, step sizes).
     """
 
-    t: np.ndarray
+    t: Real[np.ndarray, " n"]
     metrics: dict[str, np.ndarray]
-    final: Any
-    params: Any = None
+    final: PyTree
+    params: PyTree = None
     status: str = "success"
     stats: dict[str, Any] = dataclasses.field(default_factory=dict)
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -50,7 +51,7 @@ class Trajectory:
     def ok(self) -> bool:
         return self.status == "success"
 
-    def snapshot(self, i: int):
+    def snapshot(self, i: int) -> PyTree:
         """The model saved at index ``i`` (needs ``params``)."""
         if self.params is None:
             raise ValueError(
@@ -79,7 +80,9 @@ def _model_distance(a, b) -> dict[str, jax.Array]:
     return out
 
 
-def parameter_distance(a: Trajectory, b: Trajectory, *, rtol: float = 1e-6):
+def parameter_distance(
+    a: Trajectory, b: Trajectory, *, rtol: float = 1e-6
+) -> dict[str, Real[np.ndarray, " n"]]:
     """Euclidean distances between two runs at their common saved times.
 
     Both runs need parameter snapshots at the same times (solve the flow with

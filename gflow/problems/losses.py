@@ -10,20 +10,24 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int, Real
 
 from gflow.problems.markov import MarkovChain
 from gflow.problems.model import AttentionModel
 
 
-def population_attention(model: AttentionModel, pi) -> Float[Array, "d d"]:
+def population_attention(
+    model: AttentionModel, pi: Real[ArrayLike, " d"]
+) -> Float[Array, "d d"]:
     """a_ik = π_k exp(τΦ_ik) / Σ_l π_l exp(τΦ_il): query i's attention on key type k."""
     pi = jnp.asarray(pi, dtype=model.W_E.dtype)
     log_pi = jnp.where(pi > 0, jnp.log(jnp.where(pi > 0, pi, 1.0)), -jnp.inf)
     return jax.nn.softmax(model.tau * model.Phi + log_pi[None, :], axis=-1)
 
 
-def population_logits(model: AttentionModel, pi) -> Float[Array, "d d"]:
+def population_logits(
+    model: AttentionModel, pi: Real[ArrayLike, " d"]
+) -> Float[Array, "d d"]:
     """f_i = Σ_k a_ik M_k: the logits after query i in an infinitely long context."""
     M = model.M
     f = population_attention(model, pi) @ M  # [d, d]
@@ -82,7 +86,7 @@ def _cross_entropy(logits, target):
 
 def sequence_loss(
     model: AttentionModel,
-    tokens: Int[Array, "b n"],
+    tokens: Int[ArrayLike, "b s1"],
     *,
     all_positions: bool = False,
     dense: bool | None = None,
@@ -132,7 +136,7 @@ class PopulationLoss(eqx.Module):
 class SequenceLoss(eqx.Module):
     """``loss_fn(model)`` for a fixed batch of token sequences (full-batch flow)."""
 
-    tokens: np.ndarray | Array
+    tokens: Int[np.ndarray, "b s1"] | Int[Array, "b s1"]
     all_positions: bool = eqx.field(static=True, default=False)
     dense: bool | None = eqx.field(static=True, default=None)
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Int
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+
+from gflow.array_types import RealVector
 
 _ATOL = 1e-8  # tolerance on row sums and probabilities, in float64
 
@@ -31,7 +35,7 @@ def _validate_distribution(name: str, p) -> np.ndarray:
     return p / p.sum()
 
 
-def stationary_distribution(P: np.ndarray) -> np.ndarray:
+def stationary_distribution(P: Float[np.ndarray, "d d"]) -> Float[np.ndarray, " d"]:
     """The unique π with πP = π and Σπ = 1, in float64.
 
     Solves the linear system [Pᵀ - I; 1ᵀ] π = [0; 1] by least squares and checks that
@@ -61,10 +65,10 @@ class MarkovChain(eqx.Module):
         pi: stationary distribution, float64 [d].
     """
 
-    P: np.ndarray
-    pi: np.ndarray
+    P: Float[np.ndarray, "d d"]
+    pi: Float[np.ndarray, " d"]
 
-    def __init__(self, P):
+    def __init__(self, P: ArrayLike | Sequence[Sequence[float]]):
         P = np.asarray(P, dtype=np.float64)
         if P.ndim != 2 or P.shape[0] != P.shape[1] or P.shape[0] < 2:
             raise ValueError(
@@ -83,7 +87,7 @@ class MarkovChain(eqx.Module):
         self.pi = stationary_distribution(P)
 
     @classmethod
-    def from_lambda(cls, *, pi, lam: float) -> MarkovChain:
+    def from_lambda(cls, *, pi: RealVector, lam: float) -> MarkovChain:
         """P = λI + (1-λ)·1πᵀ: repeat the token with probability λ, else draw from π."""
         pi = _validate_distribution("pi", pi)
         if not 0.0 <= lam <= 1.0:
@@ -113,7 +117,9 @@ class MarkovChain(eqx.Module):
         """Σ_i π_i H(P_i·): the loss of the true next-token distribution (nats)."""
         return float(sum(p * _entropy(row) for p, row in zip(self.pi, self.P)))
 
-    def sample(self, *, key: jax.Array, batch: int, length: int) -> Int[Array, "b n"]:
+    def sample(
+        self, *, key: PRNGKeyArray, batch: int, length: int
+    ) -> Int[Array, "b s1"]:
         """Sample ``batch`` sequences of ``length`` tokens, x₁ ~ π then P."""
         if batch < 1 or length < 1:
             raise ValueError(f"batch and length must be >= 1, got {batch}, {length}")

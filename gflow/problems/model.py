@@ -7,7 +7,8 @@ import math
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jax.typing import DTypeLike
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 
 class AttentionModel(eqx.Module):
@@ -17,7 +18,7 @@ class AttentionModel(eqx.Module):
     attention-weighted sum of the context embeddings, projected back to the vocabulary.
     There is no value matrix, MLP, LayerNorm or positional encoding (MODEL.md §1).
 
-    Fields:
+    Fields (JAX arrays; NumPy arrays in a model read back from a run's files):
         W_E: embedding, [d, m].
         W_Q: query factor of W_A = W_Q W_Kᵀ, [m, m]; the whole W_A when ``W_K`` is None.
         W_K: key factor, [m, m], or None for the unfactorised variant. The unfactorised
@@ -30,10 +31,10 @@ class AttentionModel(eqx.Module):
             grows (MODEL.md §1).
     """
 
-    W_E: Float[Array, "d m"]
-    W_Q: Float[Array, "m m"]
-    W_K: Float[Array, "m m"] | None
-    W_P: Float[Array, "m d"]
+    W_E: Float[ArrayLike, "d m"]
+    W_Q: Float[ArrayLike, "m m"]
+    W_K: Float[ArrayLike, "m m"] | None
+    W_P: Float[ArrayLike, "m d"]
     tau: float = eqx.field(static=True, default=1.0)
     residual: bool = eqx.field(static=True, default=False)
 
@@ -55,11 +56,11 @@ class AttentionModel(eqx.Module):
         d_vocab: int,
         d_model: int,
         init_scale: float = 1e-3,
-        key: jax.Array,
+        key: PRNGKeyArray,
         tau: float | str = 1.0,
         factorised: bool = True,
         residual: bool = False,
-        dtype=None,
+        dtype: DTypeLike | None = None,
     ) -> AttentionModel:
         """Draw every entry i.i.d. N(0, init_scale²).
 
@@ -106,17 +107,17 @@ class AttentionModel(eqx.Module):
         return self.W_E.shape[1]
 
     @property
-    def W_A(self) -> Float[Array, "m m"]:
+    def W_A(self) -> Float[ArrayLike, "m m"]:
         """The attention matrix W_Q W_Kᵀ (or the stored W_A when unfactorised)."""
         return self.W_Q if self.W_K is None else self.W_Q @ self.W_K.T
 
     @property
-    def M(self) -> Float[Array, "d d"]:
+    def M(self) -> Float[ArrayLike, "d d"]:
         """Token-to-logit map W_E W_P: row k is token k's contribution to the logits."""
         return self.W_E @ self.W_P
 
     @property
-    def Phi(self) -> Float[Array, "d d"]:
+    def Phi(self) -> Float[ArrayLike, "d d"]:
         """Attention scores between token types, W_E W_A W_Eᵀ (before τ)."""
         return self.W_E @ self.W_A @ self.W_E.T
 

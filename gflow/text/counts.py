@@ -13,13 +13,18 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jax.typing import DTypeLike
+from jaxtyping import Array, ArrayLike, Float, Int
+
+from gflow.problems.model import AttentionModel
 
 #: Stands in for log 0 (a type absent from a window): finite, so gradients stay 0.
 _LOG_ZERO = -1e30
 
 
-def window_log_counts(windows, d: int) -> np.ndarray:
+def window_log_counts(
+    windows: Int[ArrayLike, "n s1"], d: int
+) -> Float[np.ndarray, "n d"]:
     """log c_nk of each type k in the context ``windows[n, :-1]`` (log 0 as -1e30).
 
     Args:
@@ -32,7 +37,9 @@ def window_log_counts(windows, d: int) -> np.ndarray:
         return np.where(counts > 0, np.log(counts), _LOG_ZERO)
 
 
-def batch_log_counts(windows: Int[Array, "n s1"], d: int, dtype=None) -> Array:
+def batch_log_counts(
+    windows: Int[Array, "n s1"], d: int, dtype: DTypeLike | None = None
+) -> Float[Array, "n d"]:
     """``window_log_counts`` in jnp, for batches drawn inside jit (float [n, d])."""
     ctx = windows[:, :-1]
     n = ctx.shape[0]
@@ -41,7 +48,9 @@ def batch_log_counts(windows: Int[Array, "n s1"], d: int, dtype=None) -> Array:
     return jnp.where(counts > 0, jnp.log(jnp.maximum(counts, 1.0)), _LOG_ZERO)
 
 
-def type_attention_counts(model, log_counts, last) -> Float[Array, "n d"]:
+def type_attention_counts(
+    model: AttentionModel, log_counts: Float[Array, "n d"], last: Int[Array, " n"]
+) -> Float[Array, "n d"]:
     """a_nk: the last position's attention mass on each type (sums to 1 over k)."""
     q = model.W_E[last] @ model.W_A  # [n, m]
     scores = model.tau * (q @ model.W_E.T)  # [n, d]
@@ -49,7 +58,7 @@ def type_attention_counts(model, log_counts, last) -> Float[Array, "n d"]:
 
 
 def counts_loss(
-    model, log_counts: Float[Array, "n d"], windows: Int[Array, "n s1"]
+    model: AttentionModel, log_counts: Float[Array, "n d"], windows: Int[Array, "n s1"]
 ) -> Float[Array, ""]:
     """The last-token cross-entropy of ``gflow.sequence_loss`` in the counts form."""
     last, target = windows[:, -2], windows[:, -1]

@@ -22,6 +22,7 @@ import numpy as np
 import optax
 from jaxtyping import Scalar
 
+from gflow.array_types import LossFn, Model
 from gflow.dynamics.optimizer_step import guarded_step
 from gflow.dynamics.optimizers import SGD, Adam
 from gflow.dynamics.trajectory import Trajectory
@@ -96,8 +97,8 @@ def _loop(params, static, loss_fn, lr, adaptive, steps, save_every, *, num_saves
 
 
 def run_full_batch(
-    loss_fn,
-    model,
+    loss_fn: LossFn,
+    model: Model,
     *,
     optimizer: SGD | Adam,
     learning_rate: float,

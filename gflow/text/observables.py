@@ -19,19 +19,25 @@ paper plots for a query token. Queries with no window in the sample get NaN.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Mapping, Sequence
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from gflow.analysis.observables import entropy, singular_values
+from gflow.array_types import Model
+from gflow.problems.model import AttentionModel
 from gflow.text.counts import type_attention_counts, window_log_counts
 from gflow.text.positional import PositionalAttentionModel
+from gflow.text.tokenize import UNK, Vocabulary
 
 
-def window_attention(model, contexts: Int[Array, "n s"]) -> Float[Array, "n s"]:
+def window_attention(
+    model: AttentionModel | PositionalAttentionModel, contexts: Int[Array, "n s"]
+) -> Float[Array, "n s"]:
     """The last position's attention over the positions of every window."""
     if isinstance(model, PositionalAttentionModel):
         return jax.vmap(model.attention)(contexts)
@@ -41,12 +47,16 @@ def window_attention(model, contexts: Int[Array, "n s"]) -> Float[Array, "n s"]:
     return jax.nn.softmax(scores, axis=-1)
 
 
-def type_attention(attn: Float[Array, "n s"], contexts, d: int) -> Float[Array, "n d"]:
+def type_attention(
+    attn: Float[Array, "n s"], contexts: Int[Array, "n s"], d: int
+) -> Float[Array, "n d"]:
     """w_n[k] = Σ_j a_nj [x_nj = k]: attention mass per key type."""
     return jax.vmap(lambda a, c: jnp.zeros(d, a.dtype).at[c].add(a))(attn, contexts)
 
 
-def query_rows(w: Float[Array, "n d"], contexts, queries) -> Float[Array, "q d"]:
+def query_rows(
+    w: Float[Array, "n d"], contexts: Int[Array, "n s"], queries: Int[Array, " q"]
+) -> Float[Array, "q d"]:
     """A_q: the mean of w_n over the windows whose last token is q (NaN if none)."""
     match = (contexts[:, -1][:, None] == queries[None, :]).astype(w.dtype)  # [n, q]
     count = match.sum(axis=0)
@@ -66,12 +76,20 @@ class TextObservables(eqx.Module):
     """
 
     contexts: Int[Array, "n s"]
-    log_counts: Array | None
+    log_counts: Float[Array, "n d"] | None
     queries: Int[Array, " q"]
     top: Int[Array, " k"]
     n_sv: int = eqx.field(static=True, default=4)
 
-    def __init__(self, windows, queries, top, *, n_sv: int = 4, d_vocab=None):
+    def __init__(
+        self,
+        windows: Int[ArrayLike, "n s1"],
+        queries: Int[ArrayLike, " q"] | Sequence[int],
+        top: Int[ArrayLike, " k"] | Sequence[int],
+        *,
+        n_sv: int = 4,
+        d_vocab: int | None = None,
+    ):
         """Args: windows int [n, s+1] (the targets are dropped); queries int [q];
         top int [k], the ids of the k most frequent types (top[0] the most);
         d_vocab: given, w_n is computed in the counts form (no scatter; not for
@@ -88,7 +106,9 @@ class TextObservables(eqx.Module):
             raise ValueError("top must list at least one token id")
         self.n_sv = n_sv
 
-    def __call__(self, model) -> dict[str, Array]:
+    def __call__(
+        self, model: AttentionModel | PositionalAttentionModel
+    ) -> dict[str, Float[Array, "..."]]:
         base = model.base if isinstance(model, PositionalAttentionModel) else model
         d = base.d_vocab
         if self.log_counts is not None and model is base:
@@ -118,7 +138,9 @@ def _observe_one(observables, params, static):
     return observables(eqx.combine(params, static))
 
 
-def observe_snapshots(observables, snapshots) -> dict:
+def observe_snapshots(
+    observables: Callable[[Model], Mapping[str, ArrayLike]], snapshots: Model
+) -> dict[str, np.ndarray]:
     """``observables`` at every saved time of a time-stacked model (outside the loop).
 
     One compiled evaluation of the unbatched observables, called once per snapshot
@@ -143,12 +165,16 @@ def observe_snapshots(observables, snapshots) -> dict:
     return {k: np.stack([np.asarray(o[k]) for o in outs]) for k in outs[0]}
 
 
-def default_queries(vocab, windows, *, num: int = 4, min_windows: int = 8) -> list[int]:
+def default_queries(
+    vocab: Vocabulary,
+    windows: Int[ArrayLike, "n s1"],
+    *,
+    num: int = 4,
+    min_windows: int = 8,
+) -> list[int]:
     """A few mid-frequency word types: ranks spread geometrically over [5, d/4],
     each moved to the next rank whose type is a word (not punctuation or the
     unknown token) and ends at least ``min_windows`` windows of the sample."""
-    from gflow.text.tokenize import UNK
-
     last = np.asarray(windows)[:, -2]
     ends = np.bincount(last, minlength=len(vocab))
     d = len(vocab)

@@ -7,10 +7,12 @@ query embeddings ``W_E[x_j] + W_pos[j]``; with ``W_pos = 0`` it is exactly
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from gflow.problems.losses import sequence_loss
 from gflow.problems.model import AttentionModel
@@ -26,7 +28,7 @@ class PositionalAttentionModel(eqx.Module):
     """
 
     base: AttentionModel
-    W_pos: Float[Array, "s m"]
+    W_pos: Float[ArrayLike, "s m"]
 
     def __check_init__(self):
         if self.W_pos.ndim != 2 or self.W_pos.shape[1] != self.base.d_model:
@@ -35,7 +37,9 @@ class PositionalAttentionModel(eqx.Module):
             )
 
     @classmethod
-    def init(cls, *, context_length: int, key: jax.Array, **kwargs):
+    def init(
+        cls, *, context_length: int, key: PRNGKeyArray, **kwargs: Any
+    ) -> PositionalAttentionModel:
         """``AttentionModel.init(**kwargs)`` plus W_pos ~ N(0, init_scale²)."""
         k_base, k_pos = jax.random.split(key)
         base = AttentionModel.init(key=k_base, **kwargs)
@@ -93,7 +97,11 @@ def _cross_entropy(logits, target):
 
 
 def text_loss(
-    model, tokens: Int[Array, "b n"], *, all_positions: bool = False, dense=None
+    model: AttentionModel | PositionalAttentionModel,
+    tokens: Int[ArrayLike, "b s1"],
+    *,
+    all_positions: bool = False,
+    dense: bool | None = None,
 ) -> Float[Array, ""]:
     """``gflow.sequence_loss`` for an ``AttentionModel``; the same objective (last
     position, or all positions causally) for a ``PositionalAttentionModel``."""
@@ -125,13 +133,19 @@ class TextLoss(eqx.Module):
     True/False forces it); otherwise ``text_loss``.
     """
 
-    tokens: Array
-    log_counts: Array | None
+    tokens: Int[Array, "n s1"]
+    log_counts: Float[Array, "n d"] | None
     all_positions: bool = eqx.field(static=True, default=False)
     dense: bool | None = eqx.field(static=True, default=None)
 
     def __init__(
-        self, tokens, *, d_vocab=None, all_positions=False, dense=None, counts=None
+        self,
+        tokens: Int[ArrayLike, "n s1"],
+        *,
+        d_vocab: int | None = None,
+        all_positions: bool = False,
+        dense: bool | None = None,
+        counts: bool | None = None,
     ):
         self.tokens = jnp.asarray(tokens)
         s = self.tokens.shape[1] - 1
@@ -146,7 +160,9 @@ class TextLoss(eqx.Module):
         self.all_positions = all_positions
         self.dense = dense
 
-    def __call__(self, model) -> Float[Array, ""]:
+    def __call__(
+        self, model: AttentionModel | PositionalAttentionModel
+    ) -> Float[Array, ""]:
         if self.log_counts is not None and not isinstance(
             model, PositionalAttentionModel
         ):

@@ -9,8 +9,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
+from typing import Any
 
 import numpy as np
+from jaxtyping import Float, Int
 
 #: The unknown token. WikiText's own ``<unk>`` maps to it too.
 UNK = "<unk>"
@@ -71,7 +73,7 @@ class Vocabulary:
     """
 
     tokens: tuple[str, ...]
-    counts: np.ndarray
+    counts: Int[np.ndarray, " d"]
 
     def __post_init__(self):
         if len(self.tokens) != len(self.counts):
@@ -108,7 +110,7 @@ class Vocabulary:
         return self.tokens.index(UNK)
 
     @property
-    def frequencies(self) -> np.ndarray:
+    def frequencies(self) -> Float[np.ndarray, " d"]:
         """float [d]: counts / total."""
         return self.counts / self.counts.sum()
 
@@ -122,13 +124,13 @@ class Vocabulary:
                 "raise the vocab size or pick another token"
             ) from None
 
-    def encode(self, tokens: list[str]) -> np.ndarray:
+    def encode(self, tokens: list[str]) -> Int[np.ndarray, " n"]:
         """int32 ids; types outside the vocabulary (and ``<unk>``) become ``unk_id``."""
         index = {t: i for i, t in enumerate(self.tokens)}
         unk = self.unk_id
         return np.fromiter((index.get(t, unk) for t in tokens), np.int32, len(tokens))
 
-    def frequency_table(self) -> list[dict]:
+    def frequency_table(self) -> list[dict[str, Any]]:
         """One row per type: rank (= id), token, count, frequency."""
         freq = self.frequencies
         return [

@@ -12,17 +12,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from gflow.array_types import LossFn, Observables
 from gflow.dynamics.metrics import evaluate_metrics
 from gflow.dynamics.optimizer_step import guarded_step
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.model import AttentionModel
 from gflow.text.counts import batch_log_counts, counts_loss
-from gflow.text.positional import COUNTS_MAX_RATIO, text_loss
+from gflow.text.positional import (
+    COUNTS_MAX_RATIO,
+    PositionalAttentionModel,
+    text_loss,
+)
 from gflow.text.windows import WindowStream
 
 
-def batch_loss(model, windows: jax.Array) -> jax.Array:
+def batch_loss(
+    model: AttentionModel | PositionalAttentionModel, windows: Int[Array, "b s1"]
+) -> Float[Array, ""]:
     """The last-token loss of a batch: the counts form for an ``AttentionModel``
     where it is the cheaper form (d <= ``COUNTS_MAX_RATIO``·s, as ``TextLoss``),
     else ``text_loss``."""
@@ -73,16 +81,16 @@ def _run(
 
 
 def run_minibatch(
-    eval_loss,
-    model,
+    eval_loss: LossFn,
+    model: AttentionModel | PositionalAttentionModel,
     optimizer: optax.GradientTransformation,
     stream: WindowStream,
     *,
     steps: int,
     learning_rate: float,
-    key: jax.Array,
+    key: PRNGKeyArray,
     save_every: int | None = None,
-    observables=None,
+    observables: Observables = None,
     save_params: bool = False,
 ) -> Trajectory:
     """Train on minibatches ``stream(key_k)``; record ``eval_loss`` and observables.

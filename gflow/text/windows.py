@@ -6,11 +6,13 @@ A window is s+1 consecutive ids: context ``w[:-1]`` and target ``w[-1]`` (the ro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Int
+from jaxtyping import Array, ArrayLike, Int, PRNGKeyArray
 
 
 def _check(ids, length: int) -> np.ndarray:
@@ -27,7 +29,9 @@ def _check(ids, length: int) -> np.ndarray:
     return ids
 
 
-def fixed_sample(ids, *, length: int, num: int) -> np.ndarray:
+def fixed_sample(
+    ids: Int[ArrayLike, " n"] | Sequence[int], *, length: int, num: int
+) -> Int[np.ndarray, "b s1"]:
     """``num`` windows of ``length + 1`` ids at evenly spaced starts (deterministic).
 
     The starts spread over the whole stream, so the sample covers the corpus; they
@@ -60,7 +64,9 @@ class WindowStream(eqx.Module):
     length: int = eqx.field(static=True)
     batch: int = eqx.field(static=True)
 
-    def __init__(self, ids, *, length: int, batch: int):
+    def __init__(
+        self, ids: Int[ArrayLike, " n"] | Sequence[int], *, length: int, batch: int
+    ):
         ids = _check(ids, length)
         if not isinstance(batch, (int, np.integer)) or batch < 1:
             raise ValueError(f"batch must be a positive integer, got {batch!r}")
@@ -68,7 +74,7 @@ class WindowStream(eqx.Module):
         self.length = int(length)
         self.batch = int(batch)
 
-    def __call__(self, key) -> Int[Array, "b s1"]:
+    def __call__(self, key: PRNGKeyArray) -> Int[Array, "b s1"]:
         n = self.ids.shape[0]
         starts = jax.random.randint(key, (self.batch,), 0, n - self.length)
         return self.ids[starts[:, None] + jnp.arange(self.length + 1)]

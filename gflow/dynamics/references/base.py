@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Sequence
 
 import equinox as eqx
 import jax
 import numpy as np
+from jaxtyping import ArrayLike, Float, Real
 
+from gflow.array_types import LossFn, Model, Observables, RealVector
 from gflow.dynamics.metrics import evaluate_metrics
 from gflow.dynamics.trajectory import Trajectory
 
@@ -31,7 +34,14 @@ class AbstractReference(eqx.Module):
     name: eqx.AbstractClassVar[str]
 
     @abc.abstractmethod
-    def solve(self, loss_fn, model, times, lrs, observables=None) -> list[Trajectory]:
+    def solve(
+        self,
+        loss_fn: LossFn,
+        model: Model,
+        times: Sequence[Real[ArrayLike, " _S"]],
+        lrs: RealVector,
+        observables: Observables = None,
+    ) -> list[Trajectory]:
         """One Trajectory per member m, saved at that member's times ``times[m]``.
 
         Args:
@@ -44,7 +54,7 @@ class AbstractReference(eqx.Module):
         """
 
     @abc.abstractmethod
-    def hyperparams(self, lr: float) -> dict:
+    def hyperparams(self, lr: float) -> dict[str, float]:
         """The injected optimizer values of a member of step η that this reference is
         the limit of (``run_sweep(..., hyperparams=reference.hyperparams)``)."""
 
@@ -54,7 +64,9 @@ def _metrics_along(loss_fn, observables, snaps):
     return jax.vmap(lambda m: evaluate_metrics(loss_fn, observables, m))(snaps)
 
 
-def evaluate_along(traj: Trajectory, loss_fn, observables=None) -> Trajectory:
+def evaluate_along(
+    traj: Trajectory, loss_fn: LossFn, observables: Observables = None
+) -> Trajectory:
     """``traj`` with its metrics recomputed from its snapshots under ``loss_fn``."""
     if traj.params is None:
         raise ValueError("evaluate_along needs parameter snapshots (save_params=True)")
@@ -65,7 +77,9 @@ def evaluate_along(traj: Trajectory, loss_fn, observables=None) -> Trajectory:
     )
 
 
-def at_times(traj: Trajectory, union: np.ndarray, t: np.ndarray) -> Trajectory:
+def at_times(
+    traj: Trajectory, union: Float[np.ndarray, " n"], t: Real[ArrayLike, " S"]
+) -> Trajectory:
     """``traj``, saved at ``union_times(...)``, restricted to a member's times ``t``."""
     idx = np.clip(np.searchsorted(union, np.asarray(t) - 1e-9), 0, len(union) - 1)
     params = jax.tree.map(lambda x: x[idx] if eqx.is_array(x) else x, traj.params)
@@ -77,7 +91,7 @@ def at_times(traj: Trajectory, union: np.ndarray, t: np.ndarray) -> Trajectory:
     )
 
 
-def union_times(times: list[np.ndarray]) -> np.ndarray:
+def union_times(times: Sequence[Real[ArrayLike, " _S"]]) -> Float[np.ndarray, " n"]:
     """The sorted union of the members' times, float [n].
 
     k·η from different members may differ by round-off; such times are merged.

@@ -13,14 +13,16 @@ The momentum and Adam ODEs are in ``gflow.dynamics.references.optimizer_odes``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array
+from jaxtyping import Array, ArrayLike, Float, Real
 
+from gflow.array_types import LossFn, Model, Observables, RealVector
 from gflow.dynamics.flow import solve_flow
 from gflow.dynamics.references.base import (
     AbstractReference,
@@ -34,10 +36,10 @@ from gflow.dynamics.trajectory import Trajectory
 class ModifiedLoss(eqx.Module):
     """L̃ = L + (η/4)|∇L|²: the loss whose flow GD follows to second order in η."""
 
-    loss_fn: object
-    eta: Array
+    loss_fn: LossFn
+    eta: Float[Array, ""]
 
-    def __call__(self, model):
+    def __call__(self, model: Model) -> Float[Array, ""]:
         loss, grads = eqx.filter_value_and_grad(self.loss_fn)(model)
         sq = sum(jnp.sum(g**2) for g in jax.tree.leaves(grads))
         return loss + 0.25 * self.eta * sq
@@ -72,11 +74,18 @@ class FlowReference(AbstractReference):
     atol: float = 1e-12
     name: ClassVar[str] = "flow"
 
-    def hyperparams(self, lr: float) -> dict:
+    def hyperparams(self, lr: float) -> dict[str, float]:
         """GD at step η: ``{"learning_rate": η}``."""
         return {"learning_rate": lr}
 
-    def solve(self, loss_fn, model, times, lrs, observables=None) -> list[Trajectory]:
+    def solve(
+        self,
+        loss_fn: LossFn,
+        model: Model,
+        times: Sequence[Real[ArrayLike, " _S"]],
+        lrs: RealVector,
+        observables: Observables = None,
+    ) -> list[Trajectory]:
         """One Trajectory per member, at that member's times ``times[m]``."""
         del lrs  # the flow does not depend on the step size
         return _solve_at(loss_fn, model, list(times), self.rtol, self.atol, observables)
@@ -89,11 +98,18 @@ class ModifiedFlowReference(AbstractReference):
     atol: float = 1e-12
     name: ClassVar[str] = "modified"
 
-    def hyperparams(self, lr: float) -> dict:
+    def hyperparams(self, lr: float) -> dict[str, float]:
         """GD at step η: ``{"learning_rate": η}``."""
         return {"learning_rate": lr}
 
-    def solve(self, loss_fn, model, times, lrs, observables=None) -> list[Trajectory]:
+    def solve(
+        self,
+        loss_fn: LossFn,
+        model: Model,
+        times: Sequence[Real[ArrayLike, " _S"]],
+        lrs: RealVector,
+        observables: Observables = None,
+    ) -> list[Trajectory]:
         dtype = jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array))[0].dtype
         out = []
         for t, lr in zip(times, lrs):

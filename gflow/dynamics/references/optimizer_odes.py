@@ -22,6 +22,7 @@ momentum=β)``; ``hyperparams(η)`` give the injected values for ``run_sweep``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import diffrax
@@ -29,7 +30,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Real
 
+from gflow.array_types import LossFn, Model, Observables, RealVector
 from gflow.dynamics.references.base import (
     AbstractReference,
     at_times,
@@ -132,14 +135,21 @@ class MomentumODEReference(AbstractReference):
     max_steps: int = 100_000
     name: ClassVar[str] = "momentum_ode"
 
-    def hyperparams(self, lr: float) -> dict:
+    def hyperparams(self, lr: float) -> dict[str, float]:
         """Injected values of ``optax.sgd`` for step η: lr η(1 − β), β = 1 − γη."""
         beta = 1.0 - self.gamma * lr
         if not 0 <= beta < 1:
             raise ValueError(f"need γη < 1 for β = 1 − γη, got γη = {self.gamma * lr}")
         return {"learning_rate": lr * (1.0 - beta), "momentum": beta}
 
-    def solve(self, loss_fn, model, times, lrs, observables=None) -> list[Trajectory]:
+    def solve(
+        self,
+        loss_fn: LossFn,
+        model: Model,
+        times: Sequence[Real[ArrayLike, " _S"]],
+        lrs: RealVector,
+        observables: Observables = None,
+    ) -> list[Trajectory]:
         static = eqx.partition(model, eqx.is_inexact_array)[1]
         dtype = jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array))[0].dtype
         field = _MomentumField(loss_fn, static, jnp.asarray(self.gamma, dtype))
@@ -167,7 +177,7 @@ class AdamODEReference(AbstractReference):
     max_steps: int = 200_000
     name: ClassVar[str] = "adam_ode"
 
-    def hyperparams(self, lr: float) -> dict:
+    def hyperparams(self, lr: float) -> dict[str, float]:
         """Injected values of ``optax.adam`` for step η: β_i = 1 − γ_iη."""
         b1, b2 = 1.0 - self.gamma1 * lr, 1.0 - self.gamma2 * lr
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
@@ -176,7 +186,14 @@ class AdamODEReference(AbstractReference):
             )
         return {"learning_rate": lr, "b1": b1, "b2": b2, "eps": self.eps}
 
-    def solve(self, loss_fn, model, times, lrs, observables=None) -> list[Trajectory]:
+    def solve(
+        self,
+        loss_fn: LossFn,
+        model: Model,
+        times: Sequence[Real[ArrayLike, " _S"]],
+        lrs: RealVector,
+        observables: Observables = None,
+    ) -> list[Trajectory]:
         static = eqx.partition(model, eqx.is_inexact_array)[1]
         dtype = jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array))[0].dtype
 

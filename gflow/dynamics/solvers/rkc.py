@@ -21,6 +21,7 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree, Real
 
 from gflow.dynamics.tree import tree_axpy, tree_norm, tree_scale
 
@@ -31,14 +32,14 @@ DAMPING = 2.0 / 13.0
 class RKCState(eqx.Module):
     """What RKC carries between steps."""
 
-    f0: object  # the vector field at the step's start (first same as last)
-    v: object  # the power iteration's current vector, unit norm
-    rho: jax.Array  # spectral-radius estimate of the Jacobian
-    num_evals: jax.Array  # vector-field evaluations in accepted steps (JVPs count 2)
-    max_stages: jax.Array  # the largest stage count used so far
+    f0: PyTree  # the vector field at the step's start (first same as last)
+    v: PyTree  # the power iteration's current vector, unit norm
+    rho: Float[Array, ""]  # spectral-radius estimate of the Jacobian
+    num_evals: Int[Array, ""]  # vector-field evaluations in accepted steps (JVPs: 2)
+    max_stages: Int[Array, ""]  # the largest stage count used so far
 
 
-def num_stages(h_rho):
+def num_stages(h_rho: Real[ArrayLike, "*shape"]) -> Int[Array, "*shape"]:
     """Stages s that make RKC2 stable for h ρ (stability bound ≈ 0.653 s²)."""
     return 1 + jnp.floor(jnp.sqrt(1.0 + 1.54 * h_rho)).astype(jnp.int32)
 
@@ -78,7 +79,7 @@ class RKC2(diffrax.AbstractSolver):
         if self.max_stages < 2:
             raise ValueError(f"max_stages must be >= 2, got {self.max_stages}")
 
-    def order(self, terms):
+    def order(self, terms: PyTree[diffrax.AbstractTerm]) -> int:
         return 2
 
     def _power(self, terms, t, y, args, v, iters):
@@ -99,7 +100,14 @@ class RKC2(diffrax.AbstractSolver):
         v = jax.lax.cond(tree_norm(v) > 0, lambda: v, lambda: _start_vector(y))
         return v, rho
 
-    def init(self, terms, t0, t1, y0, args):
+    def init(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        t1: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+    ) -> RKCState:
         v, rho = self._power(
             terms, t0, y0, args, _start_vector(y0), self.init_power_iters
         )
@@ -112,11 +120,28 @@ class RKC2(diffrax.AbstractSolver):
             max_stages=jnp.zeros((), jnp.int32),
         )
 
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+    def step(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        t1: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+        solver_state: RKCState,
+        made_jump: Bool[ArrayLike, ""],
+    ) -> tuple[PyTree, PyTree, dict[str, PyTree], RKCState, diffrax.RESULTS]:
         tracked = self.track(terms, t0, y0, args, solver_state, made_jump)
         return self.advance(terms, t0, t1, y0, args, tracked)
 
-    def track(self, terms, t0, y0, args, solver_state, made_jump):
+    def track(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+        solver_state: RKCState,
+        made_jump: Bool[ArrayLike, ""],
+    ) -> RKCState:
         """The state with f0 at y0 and ρ updated by ``power_iters`` products."""
         st = solver_state
         f0 = jax.lax.cond(made_jump, lambda: terms.vf(t0, y0, args), lambda: st.f0)
@@ -130,7 +155,15 @@ class RKC2(diffrax.AbstractSolver):
             max_stages=st.max_stages,
         )
 
-    def advance(self, terms, t0, t1, y0, args, tracked):
+    def advance(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        t1: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+        tracked: RKCState,
+    ) -> tuple[PyTree, PyTree, dict[str, PyTree], RKCState, diffrax.RESULTS]:
         """One RKC2 step from a state whose f0 and ρ belong to (t0, y0)."""
         f0 = tracked.f0
         h = t1 - t0
@@ -159,7 +192,13 @@ class RKC2(diffrax.AbstractSolver):
         )
         return y1, y_error, dense_info, new_state, diffrax.RESULTS.successful
 
-    def func(self, terms, t0, y0, args):
+    def func(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+    ) -> PyTree:
         return terms.vf(t0, y0, args)
 
 

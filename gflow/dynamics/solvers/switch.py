@@ -17,8 +17,9 @@ from typing import ClassVar
 import diffrax
 import equinox as eqx
 import jax
+from jaxtyping import ArrayLike, Bool, PyTree, Real
 
-from gflow.dynamics.solvers.rkc import RKC2
+from gflow.dynamics.solvers.rkc import RKC2, RKCState
 from gflow.dynamics.tree import tree_scale
 
 
@@ -67,13 +68,29 @@ class StiffSwitch(diffrax.AbstractSolver):
     def explicit_evals(self) -> int:
         return self.explicit.tableau.num_stages - 1
 
-    def order(self, terms):
+    def order(self, terms: PyTree[diffrax.AbstractTerm]) -> int:
         return self.stiff.order(terms)
 
-    def init(self, terms, t0, t1, y0, args):
+    def init(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        t1: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+    ) -> RKCState:
         return self.stiff.init(terms, t0, t1, y0, args)
 
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+    def step(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        t1: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+        solver_state: RKCState,
+        made_jump: Bool[ArrayLike, ""],
+    ) -> tuple[PyTree, PyTree, dict[str, PyTree], RKCState, diffrax.RESULTS]:
         tracked = self.stiff.track(terms, t0, y0, args, solver_state, made_jump)
         h = t1 - t0
         use_stiff = h * self.stiff.safety * tracked.rho > self.stability
@@ -101,5 +118,11 @@ class StiffSwitch(diffrax.AbstractSolver):
         )
         return y1, y_error, dense_info, new_state, result
 
-    def func(self, terms, t0, y0, args):
+    def func(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+    ) -> PyTree:
         return terms.vf(t0, y0, args)
