@@ -6,40 +6,37 @@ layers listed before it (the contract is in pyproject.toml).
 
 import importlib.metadata
 
-# Text: corpora, tokenisers, windows, text observables (a vertical slice).
-from gflow import text as text
-from gflow.analysis.compare import compare as compare
-from gflow.analysis.compare import departure_time as departure_time
-from gflow.analysis.compare import fit_order as fit_order
-
-# Analysis: what it means (observables, stages, comparisons, sharpness).
-from gflow.analysis.observables import MarkovObservables as MarkovObservables
-from gflow.analysis.observables import attention_entropy as attention_entropy
-from gflow.analysis.observables import entropy as entropy
-from gflow.analysis.observables import singular_values as singular_values
-from gflow.analysis.sharpness import predicted_departure as predicted_departure
-from gflow.analysis.sharpness import sharpness_along as sharpness_along
-from gflow.analysis.stage_observables import StageObservables as StageObservables
-from gflow.analysis.stage_observables import effective_rank as effective_rank
-from gflow.analysis.stage_observables import token_coordinates as token_coordinates
-from gflow.analysis.stages import Stage as Stage
-from gflow.analysis.stages import StageDetector as StageDetector
-from gflow.analysis.stages import detect_stages as detect_stages
-from gflow.analysis.sweep_compare import compare_sweep as compare_sweep
+# Problems: what is learned (models, Markov data, losses).
+from gflow.problems.markov import MarkovChain as MarkovChain
+from gflow.problems.markov import MarkovStream as MarkovStream
+from gflow.problems.markov import stationary_distribution as stationary_distribution
+from gflow.problems.model import AttentionModel as AttentionModel
+from gflow.problems.transformer import Transformer as Transformer
+from gflow.problems.losses import PopulationLoss as PopulationLoss
+from gflow.problems.losses import SequenceLoss as SequenceLoss
+from gflow.problems.losses import population_attention as population_attention
+from gflow.problems.losses import population_logits as population_logits
+from gflow.problems.losses import population_loss as population_loss
+from gflow.problems.losses import sequence_loss as sequence_loss
 
 # Dynamics: how it moves (flows, optimizers on the shared clock, references, sweeps).
 from gflow.dynamics import solvers as solvers
-from gflow.dynamics.flow import GradientField as GradientField
-from gflow.dynamics.flow import solve_flow as solve_flow
+from gflow.dynamics.trajectory import STATUSES as STATUSES
+from gflow.dynamics.trajectory import Trajectory as Trajectory
+from gflow.dynamics.trajectory import parameter_distance as parameter_distance
 from gflow.dynamics.metrics import evaluate_metrics as evaluate_metrics
 from gflow.dynamics.metrics import gradient_norm as gradient_norm
-from gflow.dynamics.optimizer_run import run_optimizer as run_optimizer
+from gflow.dynamics.flow import GradientField as GradientField
+from gflow.dynamics.flow import solve_flow as solve_flow
 from gflow.dynamics.optimizers import OPTIMIZERS as OPTIMIZERS
-from gflow.dynamics.optimizers import SGD as SGD
 from gflow.dynamics.optimizers import AbstractOptimizer as AbstractOptimizer
-from gflow.dynamics.optimizers import Adam as Adam
+from gflow.dynamics.optimizers import SGD as SGD
 from gflow.dynamics.optimizers import Momentum as Momentum
+from gflow.dynamics.optimizers import Adam as Adam
+from gflow.dynamics.optimizers import AdamW as AdamW
 from gflow.dynamics.optimizers import optimizer_named as optimizer_named
+from gflow.dynamics.optimizer_run import run_optimizer as run_optimizer
+from gflow.dynamics.minibatch import run_minibatch as run_minibatch
 from gflow.dynamics.references.base import AbstractReference as AbstractReference
 from gflow.dynamics.references.flow import FlowReference as FlowReference
 from gflow.dynamics.references.flow import (
@@ -55,28 +52,30 @@ from gflow.dynamics.references.optimizer_odes import (
 from gflow.dynamics.sweep import SweepRun as SweepRun
 from gflow.dynamics.sweep import member_mesh as member_mesh
 from gflow.dynamics.sweep import run_sweep as run_sweep
-from gflow.dynamics.trajectory import STATUSES as STATUSES
-from gflow.dynamics.trajectory import Trajectory as Trajectory
-from gflow.dynamics.trajectory import parameter_distance as parameter_distance
-from gflow.problems.losses import PopulationLoss as PopulationLoss
-from gflow.problems.losses import SequenceLoss as SequenceLoss
-from gflow.problems.losses import population_attention as population_attention
-from gflow.problems.losses import population_logits as population_logits
-from gflow.problems.losses import population_loss as population_loss
-from gflow.problems.losses import sequence_loss as sequence_loss
 
-# Problems: what is learned (models, Markov data, losses).
-from gflow.problems.markov import MarkovChain as MarkovChain
-from gflow.problems.markov import stationary_distribution as stationary_distribution
-from gflow.problems.model import AttentionModel as AttentionModel
-from gflow.runs.load import load_run as load_run
-from gflow.runs.report import write_report as write_report
-from gflow.runs.resumable_flow import solve_flow_resumable as solve_flow_resumable
-from gflow.runs.resumable_sweep import run_sweep_resumable as run_sweep_resumable
+# Analysis: what it means (observables, stages, comparisons, sharpness).
+from gflow.analysis.observables import MarkovObservables as MarkovObservables
+from gflow.analysis.observables import attention_entropy as attention_entropy
+from gflow.analysis.observables import entropy as entropy
+from gflow.analysis.observables import singular_values as singular_values
+from gflow.analysis.stage_observables import StageObservables as StageObservables
+from gflow.analysis.stage_observables import effective_rank as effective_rank
+from gflow.analysis.stage_observables import token_coordinates as token_coordinates
+from gflow.analysis.stages import Stage as Stage
+from gflow.analysis.stages import StageDetector as StageDetector
+from gflow.analysis.stages import detect_stages as detect_stages
+from gflow.analysis.head_observables import HeadObservables as HeadObservables
+from gflow.analysis.head_stages import HeadStage as HeadStage
+from gflow.analysis.head_stages import detect_head_stages as detect_head_stages
+from gflow.analysis.compare import compare as compare
+from gflow.analysis.compare import departure_time as departure_time
+from gflow.analysis.compare import fit_order as fit_order
+from gflow.analysis.sweep_compare import compare_sweep as compare_sweep
+from gflow.analysis.sharpness import predicted_departure as predicted_departure
+from gflow.analysis.sharpness import sharpness_along as sharpness_along
 
-# Runs: configured, saved, resumable runs and their directories.
-from gflow.runs.trajectory_files import load_trajectory as load_trajectory
-from gflow.runs.trajectory_files import save_trajectory as save_trajectory
+# Text: corpora, tokenisers, windows, text observables (a vertical slice).
+from gflow import text as text
 from gflow.text import PositionalAttentionModel as PositionalAttentionModel
 from gflow.text import TextLoss as TextLoss
 from gflow.text import TextObservables as TextObservables
@@ -85,6 +84,14 @@ from gflow.text import WindowStream as WindowStream
 from gflow.text import fixed_sample as fixed_sample
 from gflow.text import load_corpus as load_corpus
 
+# Runs: configured, saved, resumable runs and their directories.
+from gflow.runs.trajectory_files import load_trajectory as load_trajectory
+from gflow.runs.trajectory_files import save_trajectory as save_trajectory
+from gflow.runs.load import load_run as load_run
+from gflow.runs.resumable_flow import solve_flow_resumable as solve_flow_resumable
+from gflow.runs.resumable_sweep import run_sweep_resumable as run_sweep_resumable
+from gflow.runs.report import write_report as write_report
+
 __version__ = importlib.metadata.version("gflow")
 
 __all__ = [
@@ -92,11 +99,15 @@ __all__ = [
     "AbstractReference",
     "Adam",
     "AdamODEReference",
+    "AdamW",
     "AttentionModel",
     "FlowReference",
     "GradientField",
+    "HeadObservables",
+    "HeadStage",
     "MarkovChain",
     "MarkovObservables",
+    "MarkovStream",
     "ModifiedFlowReference",
     "ModifiedLoss",
     "Momentum",
@@ -114,12 +125,14 @@ __all__ = [
     "TextLoss",
     "TextObservables",
     "Trajectory",
+    "Transformer",
     "Vocabulary",
     "WindowStream",
     "attention_entropy",
     "compare",
     "compare_sweep",
     "departure_time",
+    "detect_head_stages",
     "detect_stages",
     "effective_rank",
     "entropy",
@@ -137,6 +150,7 @@ __all__ = [
     "population_logits",
     "population_loss",
     "predicted_departure",
+    "run_minibatch",
     "run_optimizer",
     "run_sweep",
     "run_sweep_resumable",

@@ -19,6 +19,7 @@ import io
 import json
 import math
 import re
+import types
 import typing
 from pathlib import Path
 
@@ -28,9 +29,11 @@ from hypothesis import strategies as st
 
 from gflow.cli import common
 from gflow.cli.main import build_parser, main
+from gflow.dynamics.optimizers import OPTIMIZERS
 from gflow.runs.flow_run import SOLVERS, FlowConfig
 from gflow.runs.sweep_run import SweepConfig
 from gflow.runs.text_run import METHODS
+from gflow.runs.train_run import SCHEDULES, TrainConfig
 from gflow.text.tokenize import TOKENIZERS
 
 FUZZ = settings(
@@ -55,6 +58,9 @@ def _base(command, ws):
         "text": ["text", "--corpus", str(ws / "corpus.txt"), "--vocab-size", "4",
                  "--context", "3", "--windows", "8", "--steps", "2", "--adam-steps",
                  "0", "--num-saves", "2", "--num-queries", "0"],
+        "train": ["train", "--steps", "2", "--num-saves", "2", "--segments", "1",
+                  "--seq-len", "3", "--batch", "2", "--eval-batch", "2",
+                  "--d-model", "2", "--layers", "1", "--heads", "1"],
         "report": ["report", str(ws / "rundir")],
         "": ["report", str(ws / "rundir")],  # global options come before a command
     }[command]  # fmt: skip
@@ -94,6 +100,14 @@ VALID = {
     ("text", "--adam-steps"): lambda n: n >= 0,
     ("text", "--adam-batch"): lambda n: n >= 0,
     ("text", "--num-queries"): lambda n: n >= 0,
+    ("train", "--warmup"): _unit,
+    ("train", "--weight-decay"): lambda x: math.isfinite(x) and x >= 0,
+    # the base run has 2 steps, width 2 and 1 head, and its context is 3 tokens
+    ("train", "--segments"): lambda n: 1 <= n <= 2,
+    ("train", "--max-len"): lambda n: n >= 3,
+    ("train", "--heads"): lambda n: n in (1, 2),
+    ("train", "--d-model"): lambda n: n >= 1,
+    ("train", "--vocab-size"): lambda n: n >= 2,
 }
 DEFAULT_VALID = {float: _positive, int: lambda n: n >= 1, common.floats: None}
 
@@ -102,6 +116,8 @@ NAMES = {
     ("flow", "--solver"): set(SOLVERS),
     ("text", "--tokenizer"): set(TOKENIZERS),
     ("text", "--method"): set(METHODS),
+    ("train", "--optimizer"): set(OPTIMIZERS),
+    ("train", "--schedule"): set(SCHEDULES),
 }
 
 
@@ -238,6 +254,11 @@ def _strategy(command, action, ws):
             [str(ws / "nope.json"), str(ws / "emptydir"), "", str(ws / "file"),
              str(ws / "badjson" / "config.json"), str(ws / "notobject/config.json")]
         ).map(tail)  # fmt: skip
+    elif kind is str and flag == "--data":  # 'markov' or a readable, non-empty text
+        values = st.sampled_from(
+            [str(ws / "nope.txt"), "", str(ws / "emptydir"), str(ws / "empty.txt"),
+             "MARKOV", "wikitext"]
+        ).map(tail)  # fmt: skip
     elif kind is str and flag == "--corpus":
         values = st.sampled_from(
             [str(ws / "nope.txt"), "", str(ws / "emptydir"), str(ws / "empty.txt"),
@@ -281,6 +302,7 @@ RUNS = [
     ("gflow.runs.sweep_run", "run_sweep_config"),
     ("gflow.dynamics.optimizer_run", "run_optimizer"),
     ("gflow.runs.text_run", "run_text"),
+    ("gflow.runs.train_run", "run_train"),
 ]
 
 
@@ -380,7 +402,7 @@ FIELD_VALID = {
     "seed": VALID["*", "--seed"],
     "num_saves": VALID["*", "--num-saves"],
     "solver": lambda s: s in SOLVERS,
-    "optimizer": lambda s: s in ("sgd", "momentum", "adam"),
+    "optimizer": lambda s: s in OPTIMIZERS,
     "reference": lambda s: s in ("flow", "modified"),
     "lrs": lambda lrs: (
         len(lrs) >= 1
@@ -388,6 +410,16 @@ FIELD_VALID = {
         and len(set(lrs)) == len(lrs)
     ),
     ("SweepConfig", "t1"): lambda x: _positive(x) and x >= 0.4,  # default lrs
+    # TrainConfig against its defaults: 300 steps, width 16, 2 heads, context 64
+    ("TrainConfig", "data"): lambda s: s == "markov",  # a drawn path does not exist
+    ("TrainConfig", "schedule"): lambda s: s in SCHEDULES,
+    ("TrainConfig", "warmup"): _unit,
+    ("TrainConfig", "weight_decay"): lambda x: math.isfinite(x) and x >= 0,
+    ("TrainConfig", "heads"): lambda n: n in (1, 2, 4, 8, 16),
+    ("TrainConfig", "d_model"): lambda n: n >= 2 and n % 2 == 0,
+    ("TrainConfig", "segments"): lambda n: 1 <= n <= 300,
+    ("TrainConfig", "max_len"): lambda n: n >= 64,
+    ("TrainConfig", "vocab_size"): lambda n: n >= 2,
 }
 _JSON_SCALARS = st.one_of(
     st.none(),
@@ -405,8 +437,21 @@ _JSON = st.recursive(
 )
 
 
+def _optional(hint):
+    """``X`` for ``X | None``, else None."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and (
+        type(None) in args
+    ):
+        (inner,) = [a for a in args if a is not type(None)]
+        return inner
+    return None
+
+
 def _wrong_type(hint):
     """JSON values that are not of the field type ``hint``."""
+    if _optional(hint) is not None:
+        return _wrong_type(_optional(hint)).filter(lambda v: v is not None)
     if hint is bool:
         return _JSON.filter(lambda v: not isinstance(v, bool))
     if hint is int:
@@ -429,6 +474,7 @@ def _wrong_type(hint):
 
 def _out_of_range(cls, name, hint):
     """JSON values of the field's type that the configuration must refuse."""
+    hint = _optional(hint) or hint  # None is valid; the values of X are drawn
     valid = (
         FIELD_VALID.get((cls.__name__, name))
         or FIELD_VALID.get(name)
@@ -513,7 +559,7 @@ def _parses(text):
 @pytest.mark.parametrize(
     "command, option, cls",
     [("flow", "--config", FlowConfig), ("flow", "--resume", FlowConfig),
-     ("sweep", "--resume", SweepConfig)],
+     ("sweep", "--resume", SweepConfig), ("train", "--resume", TrainConfig)],
 )  # fmt: skip
 def test_malformed_config_file_is_one_line_exit_2(ws, command, option, cls):
     @settings(FUZZ, max_examples=50)
@@ -537,5 +583,5 @@ def test_malformed_config_file_is_one_line_exit_2(ws, command, option, cls):
 def test_every_command_and_option_is_fuzzed():
     """The discovery above sees every command, and each option has a strategy."""
     commands = {command for command, _ in ACTIONS}
-    assert commands == {"", "flow", "sweep", "compare", "text", "report"}
+    assert commands == {"", "flow", "sweep", "compare", "text", "train", "report"}
     assert len(ACTIONS) > 60

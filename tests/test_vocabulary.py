@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -16,7 +17,10 @@ from gflow import (
     AbstractOptimizer,
     AbstractReference,
     AdamODEReference,
+    AdamW,
     FlowReference,
+    MarkovChain,
+    MarkovStream,
     ModifiedFlowReference,
     MomentumODEReference,
     SweepRun,
@@ -45,7 +49,7 @@ def test_status_words_are_shared_by_flows_optimizers_and_sweeps():
 
 def test_the_optimizer_table_builds_each_optimizer_once(setup):
     loss, model = setup
-    assert list(OPTIMIZERS) == ["sgd", "momentum", "adam"]
+    assert list(OPTIMIZERS) == ["sgd", "momentum", "adam", "adamw"]
     with pytest.raises(TypeError):
         AbstractOptimizer()
     for name, cls in OPTIMIZERS.items():
@@ -130,3 +134,30 @@ def test_stage_thresholds_are_fields_of_the_detector():
     ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             gflow.StageDetector(**bad)
+
+
+def test_adamw_decays_the_weights_by_the_closed_form(setup):
+    """With a zero gradient AdamW's step is the decoupled decay θ ← (1 − ηλ)θ."""
+    _, model = setup
+    method = gflow.optimizer_named("adamw", 0.5, 0.2)
+    assert method == AdamW(beta=0.5, weight_decay=0.2) and method.name == "adamw"
+
+    def flat(m):
+        return 0.0 * sum(jnp.sum(x) for x in jax.tree.leaves(m))
+
+    traj = run_optimizer(flat, model, method.transform(0.1), steps=3)
+    np.testing.assert_allclose(traj.final.W_E, (1 - 0.1 * 0.2) ** 3 * model.W_E)
+    with pytest.raises(ValueError, match="weight_decay"):
+        AdamW(weight_decay=-1.0)
+
+
+def test_markov_stream_draws_fresh_sequences_of_the_chain():
+    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
+    stream = MarkovStream(chain, batch=4000, length=3)
+    a, b = stream(jax.random.key(0)), stream(jax.random.key(1))
+    assert a.shape == (4000, 3) and not np.array_equal(a, b)
+    # stationary start: token frequencies at every position are π
+    freq = np.bincount(np.asarray(a).ravel(), minlength=3) / a.size
+    np.testing.assert_allclose(freq, chain.pi, atol=0.02)
+    with pytest.raises(ValueError, match="length >= 2"):
+        MarkovStream(chain, batch=2, length=1)

@@ -7,8 +7,9 @@ the attention model (entropies, singular values, the population attention matrix
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, Real
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree, Real
 
 from gflow.problems.losses import population_attention
 from gflow.problems.markov import MarkovChain
@@ -27,11 +28,23 @@ def entropy(p: Float[ArrayLike, "... n"], axis: int = -1) -> Float[Array, "..."]
 
 
 def attention_entropy(
-    model: AttentionModel, pi: Real[ArrayLike, " d"]
-) -> Float[Array, ""]:
-    """π-weighted entropy Σ_i π_i H(a_i·) of the population attention matrix."""
-    pi = jnp.asarray(pi, dtype=model.W_E.dtype)
-    return jnp.sum(pi * entropy(population_attention(model, pi)))
+    model: AttentionModel | PyTree, data: Real[ArrayLike, " d"] | Int[ArrayLike, "b s1"]
+) -> Float[Array, ""] | Float[Array, "l h"]:
+    """Attention entropy (nats) of the one-layer model or of every head of a deep one.
+
+    For an ``AttentionModel``, ``data`` is π [d] and the result the π-weighted
+    entropy Σ_i π_i H(a_i·) of the population attention matrix. For a model with
+    ``model.attention(context) -> [L, H, s, s]`` (``gflow.Transformer``), ``data``
+    is a sample of token sequences [b, s+1] and the result, [L, H], the entropy of
+    the last position's attention row over the contexts ``data[:, :-1]``, averaged
+    over the sample.
+    """
+    if isinstance(model, AttentionModel):
+        pi = jnp.asarray(data, dtype=model.W_E.dtype)
+        return jnp.sum(pi * entropy(population_attention(model, pi)))
+    contexts = jnp.asarray(data)[:, :-1]
+    attn = jax.vmap(model.attention)(contexts)  # [b, L, H, s, s]
+    return jnp.mean(entropy(attn[..., -1, :]), axis=0)
 
 
 class MarkovObservables(eqx.Module):

@@ -4,6 +4,6 @@ A module's ``register`` adds its parser and sets ``handler=run``; ``run(args)`` 
 the exit status. Add a command by writing a module and listing it here.
 """
 
-from gflow.cli import compare, flow, report, sweep, text
+from gflow.cli import compare, flow, report, sweep, text, train
 
-COMMANDS = [flow, sweep, compare, text, report]
+COMMANDS = [flow, sweep, compare, text, train, report]

@@ -23,8 +23,11 @@ class AbstractOptimizer(eqx.Module):
     name: eqx.AbstractClassVar[str]
 
     @abc.abstractmethod
-    def transform(self, learning_rate: float = 0.1) -> optax.GradientTransformation:
-        """The optax transformation, hyperparameters injected into its state."""
+    def transform(
+        self, learning_rate: float | optax.Schedule = 0.1
+    ) -> optax.GradientTransformation:
+        """The optax transformation, hyperparameters injected into its state
+        (``learning_rate`` a number or an optax schedule)."""
 
     @property
     @abc.abstractmethod
@@ -37,7 +40,9 @@ class SGD(AbstractOptimizer):
 
     name: ClassVar[str] = "sgd"
 
-    def transform(self, learning_rate: float = 0.1) -> optax.GradientTransformation:
+    def transform(
+        self, learning_rate: float | optax.Schedule = 0.1
+    ) -> optax.GradientTransformation:
         return optax.inject_hyperparams(optax.sgd)(learning_rate=learning_rate)
 
     @property
@@ -55,7 +60,9 @@ class Momentum(AbstractOptimizer):
         if not 0 <= self.beta < 1:
             raise ValueError(f"beta must lie in [0, 1), got {self.beta}")
 
-    def transform(self, learning_rate: float = 0.1) -> optax.GradientTransformation:
+    def transform(
+        self, learning_rate: float | optax.Schedule = 0.1
+    ) -> optax.GradientTransformation:
         return optax.inject_hyperparams(optax.sgd)(
             learning_rate=learning_rate, momentum=self.beta
         )
@@ -76,9 +83,37 @@ class Adam(AbstractOptimizer):
         if not 0 <= self.beta < 1:
             raise ValueError(f"beta must lie in [0, 1), got {self.beta}")
 
-    def transform(self, learning_rate: float = 0.1) -> optax.GradientTransformation:
+    def transform(
+        self, learning_rate: float | optax.Schedule = 0.1
+    ) -> optax.GradientTransformation:
         return optax.inject_hyperparams(optax.adam)(
             learning_rate=learning_rate, b1=self.beta
+        )
+
+    @property
+    def stability(self) -> float:
+        return (2.0 + 2.0 * self.beta) / (1.0 - self.beta)
+
+
+class AdamW(AbstractOptimizer):
+    """``optax.adamw(b1=β₁, weight_decay=λ)``: decoupled weight decay. Its stability
+    constant is Adam's (the decay adds λη to the curvature, negligible at λη ≪ 1)."""
+
+    beta: float = 0.9
+    weight_decay: float = 0.01
+    name: ClassVar[str] = "adamw"
+
+    def __check_init__(self):
+        if not 0 <= self.beta < 1:
+            raise ValueError(f"beta must lie in [0, 1), got {self.beta}")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+
+    def transform(
+        self, learning_rate: float | optax.Schedule = 0.1
+    ) -> optax.GradientTransformation:
+        return optax.inject_hyperparams(optax.adamw)(
+            learning_rate=learning_rate, b1=self.beta, weight_decay=self.weight_decay
         )
 
     @property
@@ -91,13 +126,21 @@ OPTIMIZERS: dict[str, type[AbstractOptimizer]] = {
     "sgd": SGD,
     "momentum": Momentum,
     "adam": Adam,
+    "adamw": AdamW,
 }
 
 
-def optimizer_named(name: str, beta: float = 0.9) -> AbstractOptimizer:
-    """The optimizer called ``name`` (β is its momentum or β₁; SGD has none)."""
+def optimizer_named(
+    name: str, beta: float = 0.9, weight_decay: float = 0.01
+) -> AbstractOptimizer:
+    """The optimizer called ``name``: β is its momentum or β₁ (SGD has none), and
+    ``weight_decay`` is AdamW's."""
     if name not in OPTIMIZERS:
         raise ValueError(
             f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}"
         )
-    return SGD() if name == "sgd" else OPTIMIZERS[name](beta=beta)
+    if name == "sgd":
+        return SGD()
+    if name == "adamw":
+        return AdamW(beta=beta, weight_decay=weight_decay)
+    return OPTIMIZERS[name](beta=beta)

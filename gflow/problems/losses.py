@@ -10,7 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, Int, Real
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree, Real
 
 from gflow.problems.markov import MarkovChain
 from gflow.problems.model import AttentionModel
@@ -85,7 +85,7 @@ def _cross_entropy(logits, target):
 
 
 def sequence_loss(
-    model: AttentionModel,
+    model: AttentionModel | PyTree,
     tokens: Int[ArrayLike, "b s1"],
     *,
     all_positions: bool = False,
@@ -94,13 +94,15 @@ def sequence_loss(
     """Mean cross-entropy of sampled sequences.
 
     Args:
-        model: the attention model.
+        model: the attention model, or any model with ``model(context) -> [d]``
+            logits of the next token (and ``model.causal_logits(context) -> [s, d]``
+            for ``all_positions``), e.g. ``gflow.Transformer``.
         tokens: int [batch, s+1]; context ``tokens[:, :-1]``, target ``tokens[:, -1]``.
         all_positions: the causal objective that predicts every next token (each
             position attends to itself and the positions before it). Off by default:
             the paper's objective is the last position only.
         dense: force the d×d form (True) or the gathered-embedding form (False);
-            None picks the cheaper one. Both give the same loss.
+            None picks the cheaper one. Both give the same loss. AttentionModel only.
     """
     tokens = jnp.asarray(tokens)
     if tokens.ndim != 2 or tokens.shape[1] < 2:
@@ -108,6 +110,17 @@ def sequence_loss(
             f"tokens must be int [batch, s+1] with s >= 1, got {tokens.shape}"
         )
     context, target = tokens[:, :-1], tokens[:, -1]
+    if not isinstance(model, AttentionModel):
+        if dense:
+            raise ValueError("dense=True is the d×d form of the AttentionModel only")
+        if all_positions:
+            if not hasattr(model, "causal_logits"):
+                raise ValueError(
+                    f"all_positions needs {type(model).__name__}.causal_logits"
+                )
+            logits = jax.vmap(model.causal_logits)(context)  # [b, s, d]
+            return jnp.mean(_cross_entropy(logits, tokens[:, 1:]))
+        return jnp.mean(_cross_entropy(jax.vmap(model)(context), target))
     use_dense = _use_dense(model, dense)
     if use_dense:
         Phi, M = model.Phi, model.M
@@ -140,7 +153,7 @@ class SequenceLoss(eqx.Module):
     all_positions: bool = eqx.field(static=True, default=False)
     dense: bool | None = eqx.field(static=True, default=None)
 
-    def __call__(self, model: AttentionModel) -> Float[Array, ""]:
+    def __call__(self, model: AttentionModel | PyTree) -> Float[Array, ""]:
         return sequence_loss(
             model, self.tokens, all_positions=self.all_positions, dense=self.dense
         )

@@ -135,3 +135,25 @@ class MarkovChain(eqx.Module):
         keys = jax.random.split(k1, length - 1)
         _, rest = jax.lax.scan(step, x0, keys)  # [length-1, batch]
         return jnp.concatenate([x0[:, None], rest.T], axis=1).astype(jnp.int32)
+
+
+class MarkovStream(eqx.Module):
+    """Fresh minibatches of a chain: ``stream(key) -> tokens [batch, length]``.
+
+    Each call samples new sequences (x₁ ~ π, then P), so an optimizer that draws
+    ``stream(key_k)`` at step k sees SGD noise; ``chain.sample`` with one key gives
+    the fixed sample of a full-batch run instead.
+    """
+
+    chain: MarkovChain
+    batch: int = eqx.field(static=True)
+    length: int = eqx.field(static=True)
+
+    def __check_init__(self):
+        if self.batch < 1 or self.length < 2:
+            raise ValueError(
+                f"need batch >= 1 and length >= 2, got {self.batch}, {self.length}"
+            )
+
+    def __call__(self, key: PRNGKeyArray) -> Int[Array, "b s1"]:
+        return self.chain.sample(key=key, batch=self.batch, length=self.length)

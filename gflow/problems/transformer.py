@@ -22,7 +22,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from gflow.problems.model import AttentionModel
 
@@ -34,7 +34,7 @@ class LayerNorm(eqx.Module):
     bias: Float[Array, " m"]
     eps: float = eqx.field(static=True, default=1e-5)
 
-    def __call__(self, x: Float[Array, "*s m"]) -> Float[Array, "*s m"]:
+    def __call__(self, x: Float[ArrayLike, "*s m"]) -> Float[Array, "*s m"]:
         mean = jnp.mean(x, axis=-1, keepdims=True)
         var = jnp.var(x, axis=-1, keepdims=True)
         return (x - mean) / jnp.sqrt(var + self.eps) * self.gain + self.bias
@@ -48,7 +48,7 @@ class MLP(eqx.Module):
     W_out: Float[Array, "f m"]
     b_out: Float[Array, " m"]
 
-    def __call__(self, x: Float[Array, "s m"]) -> Float[Array, "s m"]:
+    def __call__(self, x: Float[ArrayLike, "s m"]) -> Float[Array, "s m"]:
         return jax.nn.gelu(x @ self.W_in + self.b_in) @ self.W_out + self.b_out
 
 
@@ -75,7 +75,9 @@ class Block(eqx.Module):
     def n_heads(self) -> int:
         return self.W_Q.shape[0]
 
-    def attention(self, x: Float[Array, "s m"], tau: float) -> Float[Array, "h s s"]:
+    def attention(
+        self, x: Float[ArrayLike, "s m"], tau: float
+    ) -> Float[Array, "h s s"]:
         """The causal attention weights of every head on the stream ``x``."""
         z = x if self.ln_attn is None else self.ln_attn(x)
         q = jnp.einsum("sm,hmk->hsk", z, self.W_Q)
@@ -86,7 +88,7 @@ class Block(eqx.Module):
         return jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
 
     def __call__(
-        self, x: Float[Array, "s m"], tau: float, residual: bool
+        self, x: Float[ArrayLike, "s m"], tau: float, residual: bool
     ) -> tuple[Float[Array, "s m"], Float[Array, "h s s"]]:
         """The stream after this layer, and the heads' attention weights."""
         attn = self.attention(x, tau)

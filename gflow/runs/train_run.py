@@ -1,0 +1,314 @@
+"""A configured training run of a deep Transformer (``gflow train``), resumable.
+
+Data are Markov sequences (``data="markov"``: the default chain, fresh minibatches
+every step) or a text file or folder (random windows of its tokens). The optimizer
+(SGD, momentum, Adam or AdamW, constant or warmup-cosine step size) runs on fresh
+minibatches on the shared clock t = Σ η_k; the loss and the per-head observables are
+recorded on a fixed held-out sample. The run is cut into ``segments`` pieces, each
+checkpointed by the driver of ``gflow.runs.checkpoint`` with the model and the
+optimizer state, so an interrupted run resumes bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import numpy as np
+import optax
+
+from gflow.analysis.head_observables import HeadObservables
+from gflow.analysis.head_stages import HeadStage, detect_head_stages
+from gflow.dynamics.minibatch import minibatch_segment
+from gflow.dynamics.optimizers import OPTIMIZERS, optimizer_named
+from gflow.dynamics.trajectory import Trajectory
+from gflow.problems.losses import SequenceLoss, sequence_loss
+from gflow.problems.markov import MarkovChain, MarkovStream
+from gflow.problems.transformer import Transformer
+from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
+from gflow.runs.environment import check_seed, environment
+from gflow.runs.files import write_json
+from gflow.runs.trajectory_files import (
+    param_columns,
+    params_from_columns,
+    save_trajectory,
+)
+from gflow.text.corpus import load_corpus
+from gflow.text.tokenize import TOKENIZERS, Vocabulary
+from gflow.text.windows import WindowStream, fixed_sample
+
+#: Step-size schedules a configuration can name.
+SCHEDULES = ("constant", "warmup-cosine")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run; validates itself."""
+
+    data: str = "markov"
+    pi: tuple[float, ...] = (0.75, 0.19, 0.05, 0.01)
+    lam: float = 0.5
+    vocab_size: int = 64
+    max_chars: int | None = 200_000
+    layers: int = 2
+    heads: int = 2
+    d_model: int = 16
+    d_ff: int | None = None
+    value: bool = False
+    layernorm: bool = False
+    residual: bool = False
+    max_len: int | None = None
+    init_scale: float = 0.02
+    optimizer: str = "adamw"
+    lr: float = 0.003
+    schedule: str = "constant"
+    warmup: float = 0.1
+    beta: float = 0.9
+    weight_decay: float = 0.01
+    steps: int = 300
+    batch: int = 32
+    seq_len: int = 64
+    eval_batch: int = 128
+    num_saves: int = 31
+    segments: int = 5
+    seed: int = 0
+    x64: bool = False
+
+    def __post_init__(self):
+        def bad(field, why):
+            raise ValueError(f"{field}: {why}")
+
+        for name in ("layers", "heads", "d_model", "batch", "seq_len", "eval_batch"):
+            if getattr(self, name) < 1:
+                bad(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.heads:
+            bad("d_model", f"must be a multiple of heads = {self.heads}")
+        for name in ("d_ff", "max_len", "max_chars"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                bad(name, f"must be >= 1 or None, got {getattr(self, name)}")
+        if self.max_len is not None and self.max_len < self.seq_len:
+            bad("max_len", f"must be >= seq_len = {self.seq_len}, got {self.max_len}")
+        if self.optimizer not in OPTIMIZERS:
+            bad("optimizer", f"unknown {self.optimizer!r}; choose one of "
+                f"{', '.join(OPTIMIZERS)}")  # fmt: skip
+        if self.schedule not in SCHEDULES:
+            bad("schedule", f"unknown {self.schedule!r}; choose one of "
+                f"{', '.join(SCHEDULES)}")  # fmt: skip
+        for name in ("lr", "init_scale"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                bad(name, f"must be > 0 and finite, got {value}")
+        if not 0 <= self.warmup < 1:
+            bad("warmup", f"must lie in [0, 1), got {self.warmup}")
+        if not 0 <= self.beta < 1:
+            bad("beta", f"must lie in [0, 1), got {self.beta}")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            bad("weight_decay", f"must be >= 0 and finite, got {self.weight_decay}")
+        if self.steps < 1:
+            bad("steps", f"must be >= 1, got {self.steps}")
+        if self.num_saves < 2:
+            bad("num_saves", f"must be >= 2, got {self.num_saves}")
+        if not 1 <= self.segments <= self.steps:
+            bad("segments", f"must lie in [1, steps], got {self.segments}")
+        if self.vocab_size < 2:
+            bad("vocab_size", f"must be >= 2, got {self.vocab_size}")
+        check_seed(self.seed)
+        if self.data == "markov":
+            try:
+                MarkovChain.from_lambda(pi=self.pi, lam=self.lam)
+            except ValueError as e:
+                bad("pi/lam", str(e))
+        elif not self.data.strip() or not Path(self.data).exists():
+            bad("data", f"{self.data!r} is neither 'markov' nor a text file or folder")
+
+    @property
+    def save_every(self) -> int:
+        """Steps between saves: the run saves about ``num_saves`` times."""
+        return max(1, self.steps // (self.num_saves - 1))
+
+    @property
+    def piece_steps(self) -> int:
+        """Steps per checkpointed piece, a multiple of ``save_every``."""
+        per = math.ceil(self.steps / self.segments)
+        return self.save_every * math.ceil(per / self.save_every)
+
+    @property
+    def total_steps(self) -> int:
+        """``steps`` rounded up to whole pieces."""
+        return self.piece_steps * self.segments
+
+    def learning_rate(self):
+        """The step size: a number, or the warmup-cosine schedule over the run."""
+        if self.schedule == "constant":
+            return self.lr
+        return optax.warmup_cosine_decay_schedule(
+            init_value=0.0,
+            peak_value=self.lr,
+            warmup_steps=max(1, round(self.warmup * self.total_steps)),
+            decay_steps=self.total_steps,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainData:
+    """What a run trains and is evaluated on."""
+
+    d_vocab: int
+    stream: object  # key -> tokens [batch, seq_len + 1]
+    eval_tokens: np.ndarray  # int32 [eval_batch, seq_len + 1]
+    references: dict  # unigram and Bayes losses where known
+    vocab: Vocabulary | None = None
+
+
+def prepare(cfg: TrainConfig) -> TrainData:
+    """The minibatch stream and the held-out sample of ``cfg.data``."""
+    key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
+    length = cfg.seq_len + 1
+    if cfg.data == "markov":
+        chain = MarkovChain.from_lambda(pi=cfg.pi, lam=cfg.lam)
+        sample = chain.sample(key=key, batch=cfg.eval_batch, length=length)
+        refs = {"unigram_loss": chain.unigram_loss, "bayes_loss": chain.bayes_loss}
+        stream = MarkovStream(chain, batch=cfg.batch, length=length)
+        return TrainData(len(cfg.pi), stream, np.asarray(sample), refs)
+    toks = TOKENIZERS["word"](load_corpus(cfg.data, max_chars=cfg.max_chars))
+    vocab = Vocabulary.build(toks, cfg.vocab_size)
+    ids = vocab.encode(toks)
+    sample = fixed_sample(ids, length=cfg.seq_len, num=cfg.eval_batch)
+    stream = WindowStream(ids, length=cfg.seq_len, batch=cfg.batch)
+    freq = np.asarray(vocab.frequencies)
+    unigram = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
+    return TrainData(len(vocab), stream, sample, {"unigram_loss": unigram}, vocab)
+
+
+def init_model(cfg: TrainConfig, d_vocab: int) -> Transformer:
+    """The initial Transformer, drawn in one jitted program."""
+    dtype = np.float64 if cfg.x64 else np.float32
+    return eqx.filter_jit(
+        lambda key: Transformer.init(
+            d_vocab=d_vocab, d_model=cfg.d_model, n_layers=cfg.layers,
+            n_heads=cfg.heads, key=key, init_scale=cfg.init_scale, d_ff=cfg.d_ff,
+            value=cfg.value, layernorm=cfg.layernorm, residual=cfg.residual,
+            max_len=cfg.max_len, dtype=dtype,
+        )  # fmt: skip
+    )(jax.random.key(cfg.seed))
+
+
+def _tree_columns(tree, prefix: str) -> dict[str, np.ndarray]:
+    leaves = jax.tree.leaves(eqx.filter(tree, eqx.is_array))
+    return {f"{prefix}{i}": np.asarray(x) for i, x in enumerate(leaves)}
+
+
+def _tree_from_columns(columns: dict, like, prefix: str):
+    arrays, static = eqx.partition(like, eqx.is_array)
+    leaves, treedef = jax.tree.flatten(arrays)
+    back = [columns[f"{prefix}{i}"] for i in range(len(leaves))]
+    return eqx.combine(jax.tree.unflatten(treedef, back), static)
+
+
+_FINAL, _OPT = "final:", "opt:"
+
+
+def run_train(
+    cfg: TrainConfig, data: TrainData, *, checkpoint_dir, progress=None
+) -> Trajectory:
+    """Train as ``cfg`` says, resuming from the pieces found in ``checkpoint_dir``.
+
+    ``progress(i, pieces, resumed)`` is called after each piece.
+    """
+    model = init_model(cfg, data.d_vocab)
+    method = optimizer_named(cfg.optimizer, cfg.beta, cfg.weight_decay)
+    lr = cfg.learning_rate()
+    optimizer = method.transform(lr)
+    eval_loss = SequenceLoss(data.eval_tokens)
+    obs = HeadObservables.default(data.eval_tokens[:64], data.d_vocab)
+    key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
+    params, _ = eqx.partition(model, eqx.is_inexact_array)
+    state0 = optimizer.init(params)
+    fp = fingerprint(model, eval_loss, obs, settings=dataclasses.asdict(cfg))
+
+    def compute(i, previous):
+        start = i * cfg.piece_steps
+        current, state, t0 = model, state0, 0.0
+        if previous is not None:
+            current = params_from_columns(dict(previous), model, _FINAL)
+            state = _tree_from_columns(previous, state0, _OPT)
+            t0 = float(previous["t"][-1])
+        traj, state = minibatch_segment(
+            eval_loss, current, optimizer, data.stream, batch_loss=sequence_loss,
+            key=key, steps=cfg.piece_steps, save_every=cfg.save_every,
+            learning_rate=lr, start=start, t0=t0, opt_state=state,
+            observables=obs, save_params=True,
+        )  # fmt: skip
+        columns = {"t": traj.t, **traj.metrics, **param_columns(traj.params)}
+        if i:  # the first save of a piece is the last of the one before
+            columns = {k: v[1:] for k, v in columns.items()}
+        columns.update(param_columns(traj.final, _FINAL))
+        columns.update(_tree_columns(state, _OPT))
+        columns["diverged_step"] = np.asarray(traj.stats.get("diverged_step", -1))
+        columns[STATUS] = np.asarray(traj.status)
+        return columns
+
+    resumed_pieces = []
+
+    def finished(i, columns, resumed):
+        resumed_pieces.append(resumed)
+        if progress is not None:
+            progress(i, cfg.segments, resumed)
+
+    pieces = run_pieces(
+        PieceStore(checkpoint_dir, "segment", fp), cfg.segments, compute,
+        finished=finished,
+    )  # fmt: skip
+    last = dict(pieces[-1])
+    final = params_from_columns(last, model, _FINAL)
+    skip = (_FINAL, _OPT)
+    names = [k for k in pieces[0] if k not in (STATUS, "diverged_step")]
+    names = [k for k in names if not k.startswith(skip)]
+    merged = {k: np.concatenate([p[k] for p in pieces]) for k in names}
+    t = merged.pop("t")
+    snaps = params_from_columns(merged, model)
+    status = str(last[STATUS])
+    stats = {
+        "steps": cfg.piece_steps * len(pieces),
+        "save_every": cfg.save_every,
+        "segments": cfg.segments,
+        "resumed_pieces": int(sum(resumed_pieces)),
+    }
+    bad = int(last["diverged_step"])
+    if bad >= 0:
+        stats["diverged_step"] = bad
+    return Trajectory(
+        t=t,
+        metrics=merged,
+        final=final,
+        params=snaps,
+        status=status,
+        stats=stats,
+        info={"kind": "train", "optimizer": cfg.optimizer, "schedule": cfg.schedule},
+    )
+
+
+def write_train_config(run_dir, cfg: TrainConfig, data: TrainData) -> None:
+    """config.json: the resolved configuration, references and versions."""
+    write_json(
+        Path(run_dir) / "config.json",
+        {
+            "command": "train",
+            "config": dataclasses.asdict(cfg),
+            "d_vocab": data.d_vocab,
+            "references": data.references,
+            "environment": environment(),
+        },
+    )
+
+
+def write_train_run(run_dir, traj: Trajectory) -> list[HeadStage]:
+    """The trajectory files and stages.json (per-head stages); the stages found."""
+    run_dir = Path(run_dir)
+    save_trajectory(run_dir, traj, name="train")
+    stages = detect_head_stages(traj)
+    write_json(run_dir / "stages.json", [s.to_dict() for s in stages])
+    return stages

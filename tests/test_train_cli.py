@@ -1,0 +1,139 @@
+"""``gflow train``: a deep Transformer's run directory, its options, resume, errors."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from gflow import load_run, write_report
+from gflow.cli.main import main
+from gflow.problems.transformer import Transformer
+
+SMALL = ["--steps", "8", "--num-saves", "5", "--segments", "2", "--seq-len", "6",
+         "--batch", "4", "--eval-batch", "8", "--d-model", "4", "--layers", "2",
+         "--heads", "2"]  # fmt: skip
+ALL_ON = ["--d-ff", "6", "--value", "--layernorm", "--residual", "--max-len", "8",
+          "--init-scale", "0.3", "--seed", "3"]  # fmt: skip
+
+
+def _metrics(run_dir):
+    with np.load(run_dir / "train_metrics.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+@pytest.fixture(scope="module")
+def adamw_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("train") / "run"
+    argv = ["--quiet", "train", *SMALL, *ALL_ON, "--optimizer", "adamw", "--lr",
+            "0.01", "--schedule", "warmup-cosine", "--warmup", "0.25",
+            "--weight-decay", "0.1", "--beta", "0.8", "--float64",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    return out
+
+
+def test_run_directory_holds_a_deep_model_and_per_head_stages(adamw_run):
+    names = {p.name for p in adamw_run.iterdir()}
+    assert {"config.json", "train.json", "train_metrics.npz", "train_params.eqx",
+            "stages.json", "loss.png", "head_entropy.png",
+            "attention.png"} <= names  # fmt: skip
+    cfg = json.loads((adamw_run / "config.json").read_text())
+    assert cfg["command"] == "train" and cfg["config"]["weight_decay"] == 0.1
+    assert cfg["config"]["beta"] == 0.8 and cfg["config"]["warmup"] == 0.25
+    run = load_run(adamw_run)
+    traj = run["train"]
+    model = traj.final
+    assert isinstance(model, Transformer)
+    assert (model.n_layers, model.n_heads) == (2, 2)
+    block = model.blocks[1]
+    assert block.mlp.W_in.shape == (4, 6) and block.W_V is not None
+    assert model.W_pos.shape == (8, 4) and model.ln_final is not None
+    assert model.residual and model.W_E.dtype == np.float64
+    # 8 steps in 2 segments of 4, saved every 2: t on the warmup-cosine clock
+    assert len(traj) == 5 and traj.params.W_E.shape == (5, 4, 4)
+    eta = np.diff(traj.t)
+    assert eta[0] < eta[1] and eta[-1] < eta[1]  # warm up, then decay
+    assert traj.metrics["head_entropy"].shape == (5, 2, 2)
+    stages = json.loads((adamw_run / "stages.json").read_text())
+    assert all({"stage", "layer", "head", "t_start", "t_end"} <= set(s) for s in stages)
+    assert "<h2>Stages</h2>" in write_report(adamw_run).read_text()
+
+
+def test_killed_run_resumes_bit_for_bit(adamw_run, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(adamw_run, out)
+    for name in os.listdir(out):  # as if killed after the first segment
+        if name.startswith("train") or name == "stages.json":
+            os.remove(out / name)
+    (out / "checkpoint" / "segment-001.npz").unlink()
+    assert main(["--quiet", "train", "--resume", str(out)]) == 0
+    assert "1 segment(s) resumed" in capsys.readouterr().out
+    before, after = _metrics(adamw_run), _metrics(out)
+    assert before.keys() == after.keys()
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k], err_msg=k)
+
+
+@pytest.mark.slow
+def test_optimizer_and_schedule_change_the_run(tmp_path):
+    runs = {}
+    for name, extra in {
+        "sgd": ["--optimizer", "sgd", "--lr", "0.5"],
+        "momentum": [
+            "--optimizer",
+            "momentum",
+            "--lr",
+            "0.5",
+            "--schedule",
+            "constant",
+        ],
+        "adam": ["--optimizer", "adam", "--lr", "0.05"],
+    }.items():
+        out = tmp_path / name
+        assert main(["--quiet", "train", *SMALL, *extra, "--out", str(out)]) == 0
+        runs[name] = load_run(out)["train"]
+    # the clock: constant step sizes sum to k·η
+    np.testing.assert_allclose(runs["sgd"].t, 0.5 * np.arange(0, 10, 2), rtol=1e-6)
+    losses = [r.metrics["loss"][-1] for r in runs.values()]
+    assert len(set(np.round(losses, 6))) == 3  # three different runs
+    assert all(r.metrics["loss"][-1] < r.metrics["loss"][0] for r in runs.values())
+
+
+@pytest.mark.slow
+def test_text_data(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(" ".join(["the cat sat on the mat and the dog ran"] * 40))
+    out = tmp_path / "run"
+    argv = ["--quiet", "train", *SMALL, "--data", str(corpus), "--vocab-size", "5",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["d_vocab"] == 6 and "unigram_loss" in cfg["references"]  # 5 + <unk>
+    assert load_run(out)["train"].final.d_vocab == 6
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--heads", "3"], "d_model"),
+        (["--data", "no/such/file.txt"], "data"),
+        (["--optimizer", "lion"], "optimizer"),
+        (["--schedule", "step"], "schedule"),
+        (["--max-len", "3"], "max_len"),
+        (["--segments", "9"], "segments"),
+    ],
+)
+def test_bad_settings_are_one_line_exit_2(tmp_path, capsys, argv, words):
+    out = tmp_path / "run"
+    assert main(["--quiet", "train", *SMALL, *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not out.exists()
+
+
+def test_resume_refuses_other_settings(adamw_run, capsys):
+    assert main(["train", "--resume", str(adamw_run), "--steps", "9"]) == 2
+    assert "drop --steps" in capsys.readouterr().err
