@@ -144,3 +144,19 @@ def test_gradient_matches_finite_differences():
 
         fd = (at(h) - at(-h)) / (2 * h)
         np.testing.assert_allclose(gleaves[i][idx], fd, rtol=1e-6, atol=1e-9)
+
+
+def test_attention_entropy_is_per_layer_and_head():
+    """gflow.attention_entropy of a Transformer: [L, H], the last row's entropy,
+    equal to the head observables' and, for the one-layer model, to a NumPy sum."""
+    from gflow import HeadObservables, attention_entropy
+
+    model = _deep()
+    tokens = _tokens(batch=4)
+    ent = attention_entropy(model, tokens)
+    assert ent.shape == (2, 2)
+    obs = HeadObservables.default(tokens, 4)(model)
+    np.testing.assert_allclose(ent, obs["head_entropy"], rtol=1e-12)
+    attn = np.asarray(jax.vmap(model.attention)(tokens[:, :-1]))[..., -1, :]
+    want = -np.sum(np.where(attn > 0, attn * np.log(attn), 0.0), axis=-1).mean(0)
+    np.testing.assert_allclose(ent, want, rtol=1e-10)
