@@ -234,6 +234,7 @@ class _NextTokenLoss(eqx.Module):
         return -jnp.mean(jnp.take_along_axis(logp, self.tokens[:, -1:], axis=-1))
 
 
+@pytest.mark.slow
 def test_observables_inside_a_flow_of_a_deep_transformer():
     """2 layers × 2 heads with every option: recorded at every saved time inside the
     compiled flow, equal to the observables of the first and the final model."""
@@ -268,6 +269,7 @@ def test_observables_inside_a_flow_of_a_deep_transformer():
     )
 
 
+@pytest.mark.slow
 def test_a_new_sample_does_not_recompile_and_everything_vmaps():
     model = _deep()
     traces = []

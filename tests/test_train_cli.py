@@ -33,6 +33,7 @@ def adamw_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_run_directory_holds_a_deep_model_and_per_head_stages(adamw_run):
     names = {p.name for p in adamw_run.iterdir()}
     assert {"config.json", "train.json", "train_metrics.npz", "train_params.eqx",
@@ -60,6 +61,7 @@ def test_run_directory_holds_a_deep_model_and_per_head_stages(adamw_run):
     assert "<h2>Stages</h2>" in write_report(adamw_run).read_text()
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_bit_for_bit(adamw_run, tmp_path, capsys):
     import shutil
 
@@ -134,6 +136,7 @@ def test_bad_settings_are_one_line_exit_2(tmp_path, capsys, argv, words):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_resume_refuses_other_settings(adamw_run, capsys):
     assert main(["train", "--resume", str(adamw_run), "--steps", "9"]) == 2
     assert "drop --steps" in capsys.readouterr().err
