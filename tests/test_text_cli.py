@@ -12,6 +12,7 @@ import pytest
 
 from gflow import AttentionModel
 from gflow.cli.main import main
+from gflow.dynamics.minibatch import step_keys
 from gflow.runs.trajectory_files import load_trajectory
 from gflow.text import TextLoss, WindowStream, text_loss
 from gflow.text.train import run_minibatch
@@ -104,7 +105,7 @@ def test_run_minibatch_matches_a_hand_loop():
         key=key, save_every=3,
     )  # fmt: skip
     m = model
-    for k in jax.random.split(key, 3):
+    for k in step_keys(key, 0, 3):  # batch k is stream(fold_in(key, k))
         g = eqx.filter_grad(text_loss)(m, stream(k))
         m = jax.tree.map(lambda p, gp: p - 0.1 * gp, m, g)
     np.testing.assert_allclose(traj.final.W_E, m.W_E, rtol=1e-10)

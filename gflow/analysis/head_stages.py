@@ -49,7 +49,7 @@ import dataclasses
 import numpy as np
 from jaxtyping import Float
 
-from gflow.analysis.stages import STAGE_NAMES, StageDetector
+from gflow.analysis.stages import STAGE_NAMES, Stage, StageDetector
 from gflow.dynamics.trajectory import Trajectory
 
 #: The metrics ``detect_head_stages`` reads (besides ``loss``).
@@ -63,41 +63,23 @@ HEAD_STAGE_METRICS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class HeadStage:
-    """One stage of one head: name, time span, cycle, and the head's layer and index
-    (both -1 for the global condensation)."""
+class HeadStage(Stage):
+    """One stage of one head: a ``Stage`` with the head's layer and index (both -1
+    for the global condensation)."""
 
-    name: str
-    t_start: float
-    t_end: float
-    cycle: int
-    layer: int
-    head: int
+    layer: int = -1
+    head: int = -1
 
     def __post_init__(self):
-        if self.name not in STAGE_NAMES:
-            raise ValueError(f"stage name must be one of {STAGE_NAMES}")
-        if not self.t_end >= self.t_start:
-            raise ValueError(f"t_end {self.t_end} < t_start {self.t_start}")
+        super().__post_init__()
         if (self.layer < 0 or self.head < 0) and (self.layer, self.head) != (-1, -1):
             raise ValueError(
                 f"layer and head must both be >= 0, or both -1 (global), got "
                 f"{(self.layer, self.head)}"
             )
 
-    @property
-    def stage(self) -> str:
-        return self.name
-
     def to_dict(self) -> dict[str, str | float | int]:
-        return {
-            "stage": self.name,
-            "t_start": float(self.t_start),
-            "t_end": float(self.t_end),
-            "cycle": int(self.cycle),
-            "layer": int(self.layer),
-            "head": int(self.head),
-        }
+        return {**super().to_dict(), "layer": int(self.layer), "head": int(self.head)}
 
 
 def _first(candidates):

@@ -13,7 +13,6 @@ import jax
 import numpy as np
 
 
-
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to a temporary file beside ``path`` then rename it into place.
 

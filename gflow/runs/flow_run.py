@@ -10,18 +10,18 @@ import diffrax
 import jax
 import numpy as np
 
-from gflow.problems.markov import MarkovChain
 from gflow.analysis.stage_observables import StageObservables
+from gflow.analysis.stages import Stage, detect_stages
 from gflow.dynamics.flow import solve_flow
-from gflow.runs.trajectory_files import save_trajectory
-from gflow.runs.files import write_json
+from gflow.dynamics.solvers import RKC2, StiffSwitch
+from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import PopulationLoss
+from gflow.problems.markov import MarkovChain
 from gflow.problems.model import AttentionModel
 from gflow.runs.environment import check_seed, environment
+from gflow.runs.files import write_json
 from gflow.runs.resumable_flow import solve_flow_resumable
-from gflow.dynamics.solvers import RKC2, StiffSwitch
-from gflow.analysis.stages import Stage, detect_stages
-from gflow.dynamics.trajectory import Trajectory
+from gflow.runs.trajectory_files import save_trajectory
 
 #: The solvers a configuration can name; strings become objects here only.
 SOLVERS = {

@@ -21,9 +21,9 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from gflow.dynamics.sweep import SweepRun, run_sweep
 from gflow.runs.checkpoint import PieceStore, run_pieces
 from gflow.runs.trajectory_files import param_columns, params_from_columns
-from gflow.dynamics.sweep import SweepRun, run_sweep
 
 log = logging.getLogger(__name__)
 

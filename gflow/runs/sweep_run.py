@@ -13,19 +13,17 @@ from pathlib import Path
 
 import jax
 import numpy as np
-import optax
 
-from gflow.runs.files import read_json, write_json
-from gflow.problems.losses import PopulationLoss
-from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
-from gflow.runs.environment import environment
-from gflow.runs.flow_run import FlowConfig
 from gflow.analysis.sharpness import predicted_departure, sharpness_along
-from gflow.dynamics.optimizers import OPTIMIZERS, optimizer_named
 from gflow.analysis.sweep_compare import compare_sweep
+from gflow.dynamics.optimizers import OPTIMIZERS, optimizer_named
+from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
 from gflow.dynamics.sweep import member_mesh, run_sweep
+from gflow.problems.losses import PopulationLoss
+from gflow.runs.environment import environment
+from gflow.runs.files import read_json, write_json
+from gflow.runs.flow_run import FlowConfig
 from gflow.runs.resumable_sweep import load_members, run_sweep_resumable
-
 
 REFERENCES = {"flow": FlowReference, "modified": ModifiedFlowReference}
 

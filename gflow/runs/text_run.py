@@ -16,13 +16,13 @@ import numpy as np
 import optax
 
 from gflow.dynamics.flow import solve_flow
-from gflow.runs.files import atomic_write_bytes, write_json
-from gflow.runs.trajectory_files import save_trajectory
+from gflow.dynamics.optimizers import SGD, Adam
+from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.model import AttentionModel
 from gflow.runs.environment import check_seed
-from gflow.dynamics.trajectory import Trajectory
+from gflow.runs.files import atomic_write_bytes, write_json
+from gflow.runs.trajectory_files import save_trajectory
 from gflow.text.corpus import load_corpus
-from gflow.dynamics.optimizers import SGD, Adam
 from gflow.text.fullbatch import run_full_batch
 from gflow.text.observables import TextObservables, default_queries, observe_snapshots
 from gflow.text.positional import PositionalAttentionModel, TextLoss

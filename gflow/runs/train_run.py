@@ -188,10 +188,18 @@ def init_model(cfg: TrainConfig, d_vocab: int) -> Transformer:
     dtype = np.float64 if cfg.x64 else np.float32
     return eqx.filter_jit(
         lambda key: Transformer.init(
-            d_vocab=d_vocab, d_model=cfg.d_model, n_layers=cfg.layers,
-            n_heads=cfg.heads, key=key, init_scale=cfg.init_scale, d_ff=cfg.d_ff,
-            value=cfg.value, layernorm=cfg.layernorm, residual=cfg.residual,
-            max_len=cfg.max_len, dtype=dtype,
+            d_vocab=d_vocab,
+            d_model=cfg.d_model,
+            n_layers=cfg.layers,
+            n_heads=cfg.heads,
+            key=key,
+            init_scale=cfg.init_scale,
+            d_ff=cfg.d_ff,
+            value=cfg.value,
+            layernorm=cfg.layernorm,
+            residual=cfg.residual,
+            max_len=cfg.max_len,
+            dtype=dtype,
         )  # fmt: skip
     )(jax.random.key(cfg.seed))
 
