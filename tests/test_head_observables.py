@@ -89,6 +89,7 @@ def _oracle(attn, contexts, top, tracked):
 # ---------------------------------------------------------------- observables
 
 
+@pytest.mark.slow
 def test_uniform_attention_has_entropy_log_position():
     """All-zero W_Q: every row i is uniform over positions 0..i, entropy log(i+1);
     the last row's is log s in every layer and head, whatever the other options."""

@@ -44,6 +44,7 @@ def test_a_fixed_stream_is_full_batch_gd(model):
     np.testing.assert_allclose(mini.final.W_E, full.final.W_E, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_pieces_resume_bit_for_bit_and_batches_are_fresh(model):
     kw = dict(batch_loss=sequence_loss, key=jax.random.key(1), save_every=2,
               learning_rate=0.1, save_params=True)  # fmt: skip

@@ -24,6 +24,7 @@ def setup():
     return PopulationLoss(chain), model, MarkovObservables(chain)
 
 
+@pytest.mark.slow
 def test_interrupted_and_resumed_equals_uninterrupted(setup, tmp_path, monkeypatch):
     loss, model, obs = setup
     ts = np.linspace(0, 6, 25)

@@ -77,6 +77,7 @@ def test_attention_is_causal_and_rows_sum_to_one():
     np.testing.assert_allclose(model(context), model.causal_logits(context)[-1])
 
 
+@pytest.mark.slow
 def test_every_option_is_present_and_moves_the_output():
     base = _deep()
     block = base.blocks[0]
@@ -121,6 +122,7 @@ def test_layernorm_normalises_and_bad_settings_are_refused():
             Transformer.init(**kw)
 
 
+@pytest.mark.slow
 def test_gradient_matches_finite_differences():
     model = _deep()
     tokens = _tokens()
@@ -146,6 +148,7 @@ def test_gradient_matches_finite_differences():
         np.testing.assert_allclose(gleaves[i][idx], fd, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_attention_entropy_is_per_layer_and_head():
     """gflow.attention_entropy of a Transformer: [L, H], the last row's entropy,
     equal to the head observables' and, for the one-layer model, to a NumPy sum."""

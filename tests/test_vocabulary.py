@@ -47,6 +47,7 @@ def test_status_words_are_shared_by_flows_optimizers_and_sweeps():
     assert {run.status(m) for m in range(2)} <= set(STATUSES)
 
 
+@pytest.mark.slow
 def test_the_optimizer_table_builds_each_optimizer_once(setup):
     loss, model = setup
     assert list(OPTIMIZERS) == ["sgd", "momentum", "adam", "adamw"]
