@@ -28,6 +28,7 @@ SECTIONS = (
     "trace",
     "scale",
     "scipy_stiff",
+    "deep",
 )
 
 
@@ -42,6 +43,7 @@ def main(argv=None) -> int:
 
     from . import compile as compile_bench
     from . import (
+        deep_cost,
         error_scale,
         overhead,
         scipy_cmp,
@@ -70,6 +72,7 @@ def main(argv=None) -> int:
         "scipy_stiff": lambda: scipy_cmp.run(
             t1=3000.0, methods=("DOP853",), repeats=1, solver=StiffSwitch()
         ),
+        "deep": lambda: deep_cost.run(quick=q),  # its own tables: deep_cost.md
         "trace": lambda: work_precision.stiffness_trace(
             t1=1500.0 if q else 3000.0, n=16 if q else 61
         ),
