@@ -23,6 +23,7 @@ def deep_cycle():
     return module
 
 
+@pytest.mark.slow  # 15-20 s: CI's slow step runs it
 def test_quick_run_writes_results_and_leaves_the_doc_alone(deep_cycle, tmp_path):
     doc = deep_cycle.DOC
     before = doc.read_text() if doc.exists() else None

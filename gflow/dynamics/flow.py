@@ -161,7 +161,7 @@ def solve_flow(
         t0: initial flow time.
         solver: a Diffrax solver object; default ``diffrax.Tsit5()``. For long,
             stiff horizons pass ``gflow.dynamics.solvers.StiffSwitch()`` (Tsit5 steps
-            until the             Hessian's λ_max limits them, stabilised RKC2 steps
+            until the Hessian's λ_max limits them, stabilised RKC2 steps
             after; ~17× faster to
             t = 3000, but at equal rtol less accurate: use a tighter rtol with it,
             see BENCHMARKS.md and docs/integrators.md).
