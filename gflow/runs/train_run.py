@@ -204,18 +204,6 @@ def init_model(cfg: TrainConfig, d_vocab: int) -> Transformer:
     )(jax.random.key(cfg.seed))
 
 
-def _tree_columns(tree, prefix: str) -> dict[str, np.ndarray]:
-    leaves = jax.tree.leaves(eqx.filter(tree, eqx.is_array))
-    return {f"{prefix}{i}": np.asarray(x) for i, x in enumerate(leaves)}
-
-
-def _tree_from_columns(columns: dict, like, prefix: str):
-    arrays, static = eqx.partition(like, eqx.is_array)
-    leaves, treedef = jax.tree.flatten(arrays)
-    back = [columns[f"{prefix}{i}"] for i in range(len(leaves))]
-    return eqx.combine(jax.tree.unflatten(treedef, back), static)
-
-
 _FINAL, _OPT = "final:", "opt:"
 
 
@@ -242,7 +230,7 @@ def run_train(
         current, state, t0 = model, state0, 0.0
         if previous is not None:
             current = params_from_columns(dict(previous), model, _FINAL)
-            state = _tree_from_columns(previous, state0, _OPT)
+            state = params_from_columns(dict(previous), state0, _OPT, eqx.is_array)
             t0 = float(previous["t"][-1])
         traj, state = minibatch_segment(
             eval_loss, current, optimizer, data.stream, batch_loss=sequence_loss,
@@ -254,7 +242,7 @@ def run_train(
         if i:  # the first save of a piece is the last of the one before
             columns = {k: v[1:] for k, v in columns.items()}
         columns.update(param_columns(traj.final, _FINAL))
-        columns.update(_tree_columns(state, _OPT))
+        columns.update(param_columns(state, _OPT, eqx.is_array))
         columns["diverged_step"] = np.asarray(traj.stats.get("diverged_step", -1))
         columns[STATUS] = np.asarray(traj.status)
         return columns

@@ -89,17 +89,22 @@ def _template(cfg: dict):
     )
 
 
-def param_columns(params, prefix: str = "param:") -> dict[str, np.ndarray]:
-    """The floating-point leaves of a model (time-stacked or not) as named columns
-    ``<prefix><i>``, for a checkpoint's .npz."""
-    leaves = jax.tree.leaves(eqx.filter(params, eqx.is_inexact_array))
+def param_columns(
+    params, prefix: str = "param:", keep=eqx.is_inexact_array
+) -> dict[str, np.ndarray]:
+    """The leaves of a model (time-stacked or not) that ``keep`` selects (default the
+    floating-point ones; ``eqx.is_array`` for an optimizer state, counts included)
+    as named columns ``<prefix><i>``, for a checkpoint's .npz."""
+    leaves = jax.tree.leaves(eqx.filter(params, keep))
     return {f"{prefix}{i}": np.asarray(x) for i, x in enumerate(leaves)}
 
 
-def params_from_columns(columns: dict, model, prefix: str = "param:"):
+def params_from_columns(
+    columns: dict, model, prefix: str = "param:", keep=eqx.is_inexact_array
+):
     """Pop the columns ``param_columns`` wrote out of ``columns``; the model with
-    those leaves (``model`` is the template of its structure)."""
-    dynamic, static = eqx.partition(model, eqx.is_inexact_array)
+    those leaves (``model`` is the template of its structure, ``keep`` as there)."""
+    dynamic, static = eqx.partition(model, keep)
     treedef = jax.tree.structure(dynamic)
     leaves = [columns.pop(f"{prefix}{i}") for i in range(treedef.num_leaves)]
     return eqx.combine(jax.tree.unflatten(treedef, leaves), static)
