@@ -67,6 +67,8 @@ from gflow.analysis.stages import detect_stages as detect_stages
 from gflow.analysis.head_observables import HeadObservables as HeadObservables
 from gflow.analysis.head_stages import HeadStage as HeadStage
 from gflow.analysis.head_stages import detect_head_stages as detect_head_stages
+from gflow.analysis.attending import Attending as Attending
+from gflow.analysis.online_stages import OnlineStageDetector as OnlineStageDetector
 from gflow.analysis.compare import compare as compare
 from gflow.analysis.compare import departure_time as departure_time
 from gflow.analysis.compare import fit_order as fit_order
@@ -92,6 +94,10 @@ from gflow.runs.resumable_flow import solve_flow_resumable as solve_flow_resumab
 from gflow.runs.resumable_sweep import run_sweep_resumable as run_sweep_resumable
 from gflow.runs.report import write_report as write_report
 
+# Monitor: the stages detected online in anyone's training loop.
+from gflow.monitor.monitor import Monitor as Monitor
+from gflow.monitor.logs import load_monitor as load_monitor
+
 __version__ = importlib.metadata.version("gflow")
 
 __all__ = [
@@ -100,6 +106,7 @@ __all__ = [
     "Adam",
     "AdamODEReference",
     "AdamW",
+    "Attending",
     "AttentionModel",
     "FlowReference",
     "GradientField",
@@ -112,7 +119,9 @@ __all__ = [
     "ModifiedLoss",
     "Momentum",
     "MomentumODEReference",
+    "Monitor",
     "OPTIMIZERS",
+    "OnlineStageDetector",
     "PopulationLoss",
     "PositionalAttentionModel",
     "SGD",
@@ -141,6 +150,7 @@ __all__ = [
     "fixed_sample",
     "gradient_norm",
     "load_corpus",
+    "load_monitor",
     "load_run",
     "load_trajectory",
     "member_mesh",

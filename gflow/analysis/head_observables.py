@@ -1,8 +1,9 @@
-"""Per-head observables of the deep Transformer on a fixed sample (issue 14).
+"""Per-head observables of an attending model on a fixed sample (issues 14, 15).
 
 The one-layer observables (``StageObservables``) read one population attention
 matrix; a Transformer has one causal attention pattern per layer and head, so its
-observables are measured on a fixed evaluation sample ``tokens`` [b, s+1] (contexts
+observables (and those of any attending model, ``gflow.analysis.attending``) are
+measured on a fixed evaluation sample ``tokens`` [b, s+1] (contexts
 ``tokens[:, :-1]``). With a_{nij} the weight that query position i of context n puts
 on key position j ≤ i in one head, and x_{nj} the tokens:
 
@@ -15,11 +16,13 @@ on key position j ≤ i in one head, and x_{nj} the tokens:
   keys equal to itself, averaged over every occurrence of a tracked query (so each
   tracked token weighs by its frequency, as the π-weighting of the one-layer rules).
 
-Every query position counts, position 0 included (whose only key is itself). A mean
-over no occurrence is 0, not NaN. The singular values of each head's
+Every query position whose row the model gives counts, position 0 included (whose
+only key is itself); a model that gives only the last row counts the last position.
+A mean over no occurrence is 0, not NaN. The singular values of each head's
 W_A,h = W_Q,h W_K,hᵀ and W_OV,h = W_V,h W_O,h (m × m, rank ≤ k = m/H) are the top k,
 computed from the k × k triangular factors of a QR of the m × k factors (the same
-values as the SVD of the m × m product, at 1/H³ of its cost).
+values as the SVD of the m × m product, at 1/H³ of its cost); for another model they
+are its ``attention_singular_values()``, when it has them.
 """
 
 from __future__ import annotations
@@ -32,40 +35,30 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
+from gflow.analysis.attending import Attending, attention_rows, head_singular_values
 from gflow.analysis.observables import entropy, singular_values
-from gflow.problems.transformer import Transformer
+from gflow.problems.transformer import product_singular_values
+
+__all__ = ["HeadObservables", "head_attention_entropy", "product_singular_values"]
 
 
 def _attention(
-    model: Transformer, contexts: Int[Array, "b s"]
-) -> Float[Array, "b l h s s"]:
-    return jax.vmap(model.attention)(contexts)
+    model: Attending, contexts: Int[Array, "b s"]
+) -> Float[Array, "b l h r s"]:
+    return jax.vmap(lambda c: attention_rows(model, c))(contexts)
 
 
-def _last_row_entropy(attn: Float[Array, "b l h s s"]) -> Float[Array, "l h"]:
+def _last_row_entropy(attn: Float[Array, "b l h r s"]) -> Float[Array, "l h"]:
     return jnp.mean(entropy(attn[..., -1, :]), axis=0)
 
 
 def head_attention_entropy(
-    model: Transformer, tokens: Int[ArrayLike, "b s1"]
+    model: Attending, tokens: Int[ArrayLike, "b s1"]
 ) -> Float[Array, "l h"]:
     """Entropy (nats) of the last position's attention row of every layer and head,
     averaged over the contexts ``tokens[:, :-1]``."""
     contexts = jnp.asarray(tokens)[:, :-1]
     return _last_row_entropy(_attention(model, contexts))
-
-
-def product_singular_values(
-    A: Float[Array, "*h m k"], B: Float[Array, "*h m k"]
-) -> Float[Array, "*h k"]:
-    """Singular values of A Bᵀ (m × m, rank ≤ k ≤ m) per leading index, decreasing.
-
-    With A = Q_A R_A and B = Q_B R_B (reduced QR, Q with orthonormal columns),
-    A Bᵀ = Q_A (R_A R_Bᵀ) Q_Bᵀ has the singular values of the k × k R_A R_Bᵀ.
-    """
-    R_A = jnp.linalg.qr(A, mode="r")
-    R_B = jnp.linalg.qr(B, mode="r")
-    return jnp.linalg.svd(R_A @ jnp.swapaxes(R_B, -1, -2), compute_uv=False)
 
 
 def _masked_mean(
@@ -77,12 +70,14 @@ def _masked_mean(
 
 
 class HeadObservables(eqx.Module):
-    """Per-head observables of a Transformer on a fixed sample, one dict per model.
+    """Per-head observables of an attending model (a Transformer, say) on a fixed
+    sample, one dict per model.
 
     Keys (shapes per saved time; l layers, h heads, q tracked tokens, k = m / h):
     ``head_entropy`` [l, h], ``head_on_top`` [l, h], ``head_tracked_on_top``
     [l, h, q], ``head_self`` [l, h] (module docstring), ``sv_W_E`` [min(d, m)],
-    ``sv_W_P`` [min(m, d)], ``sv_W_A`` [l, h, k] and, when the model has value
+    ``sv_W_P`` [min(m, d)] (models with ``W_E`` and ``W_P``), ``sv_W_A`` [l, h, k]
+    (models with ``attention_singular_values``) and, when a Transformer has value
     matrices, ``sv_W_OV`` [l, h, k].
 
     Fields (all arrays, hence traced: a new sample of the same shape, or a new top
@@ -150,20 +145,22 @@ class HeadObservables(eqx.Module):
         counts = np.bincount(contexts, minlength=d_vocab)
         return cls.from_counts(tokens, counts, n_tracked=n_tracked)
 
-    def __call__(self, model: Transformer) -> dict[str, Float[Array, "..."]]:
-        dtype = model.W_E.dtype
+    def __call__(self, model: Attending) -> dict[str, Float[Array, "..."]]:
         contexts = self.tokens[:, :-1]  # [b, s]
-        attn = _attention(model, contexts)  # [b, l, h, s, s]
-        is_top = (contexts == self.top).astype(dtype)  # [b, s]
-        on_top = jnp.einsum("blhij,bj->blhi", attn, is_top)  # mass on top keys
-        same = (contexts[:, :, None] == contexts[:, None, :]).astype(dtype)
+        attn = _attention(model, contexts)  # [b, l, h, r, s]
+        dtype = attn.dtype
+        queries = contexts[:, contexts.shape[1] - attn.shape[-2] :]  # [b, r]
+        top_key = (contexts == self.top).astype(dtype)  # [b, s]
+        top_query = (queries == self.top).astype(dtype)  # [b, r]
+        on_top = jnp.einsum("blhij,bj->blhi", attn, top_key)  # mass on top keys
+        same = (queries[:, :, None] == contexts[:, None, :]).astype(dtype)
         on_self = jnp.einsum("blhij,bij->blhi", attn, same)  # mass on own token
-        query = (contexts[:, :, None] == self.tracked).astype(dtype)  # [b, s, q]
-        is_tracked = jnp.max(query, axis=-1, initial=0.0)  # [b, s]
+        query = (queries[:, :, None] == self.tracked).astype(dtype)  # [b, r, q]
+        is_tracked = jnp.max(query, axis=-1, initial=0.0)  # [b, r]
         out = {
             "head_entropy": _last_row_entropy(attn),
             "head_on_top": _masked_mean(
-                jnp.einsum("blhi,bi->lh", on_top, is_top), jnp.sum(is_top)
+                jnp.einsum("blhi,bi->lh", on_top, top_query), jnp.sum(top_query)
             ),
             "head_tracked_on_top": _masked_mean(
                 jnp.einsum("blhi,biq->lhq", on_top, query), jnp.sum(query, axis=(0, 1))
@@ -171,17 +168,20 @@ class HeadObservables(eqx.Module):
             "head_self": _masked_mean(
                 jnp.einsum("blhi,bi->lh", on_self, is_tracked), jnp.sum(is_tracked)
             ),
-            "sv_W_E": singular_values(model.W_E),
-            "sv_W_P": singular_values(model.W_P),
-            "sv_W_A": jnp.stack(
-                [product_singular_values(b.W_Q, b.W_K) for b in model.blocks]
-            ),
         }
-        if all(b.W_V is not None for b in model.blocks):
+        W_E, W_P = getattr(model, "W_E", None), getattr(model, "W_P", None)
+        if W_E is not None and W_P is not None:
+            out["sv_W_E"] = singular_values(W_E)
+            out["sv_W_P"] = singular_values(W_P)
+        sv = head_singular_values(model)
+        if sv is not None:
+            out["sv_W_A"] = sv
+        blocks = getattr(model, "blocks", None)
+        if blocks and all(getattr(b, "W_V", None) is not None for b in blocks):
             out["sv_W_OV"] = jnp.stack(
                 [
                     product_singular_values(b.W_V, jnp.swapaxes(b.W_O, -1, -2))
-                    for b in model.blocks
+                    for b in blocks
                 ]
             )
         return out

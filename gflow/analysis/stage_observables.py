@@ -126,13 +126,7 @@ class StageObservables(eqx.Module):
 def sequence_attention(
     model: AttentionModel, context: Int[Array, " s"]
 ) -> Float[Array, "s s"]:
-    """Causal attention rows of a sequence model: row q is query position q's weights.
-
-    Row q holds softmax over positions 0..q of τ (e_{x_q} W_E) W_A (e_{x_j} W_E)ᵀ and
-    zeros after q; the last row is what the model's last position uses.
-    """
-    emb = model.W_E[context]  # [s, m]
-    scores = model.tau * (emb @ model.W_A) @ emb.T  # [s, s]
-    s = context.shape[0]
-    causal = jnp.tril(jnp.ones((s, s), dtype=bool))
-    return jax.nn.softmax(scores, axis=-1, where=causal)
+    """Causal attention rows of a sequence model: row q is query position q's weights
+    on positions 0..q (``AttentionModel.attention``); the last row is what the
+    model's last position uses."""
+    return model.attention(context)

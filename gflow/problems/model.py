@@ -121,6 +121,23 @@ class AttentionModel(eqx.Module):
         """Attention scores between token types, W_E W_A W_Eᵀ (before τ)."""
         return self.W_E @ self.W_A @ self.W_E.T
 
+    def attention(self, context: Int[Array, " s"]) -> Float[Array, "s s"]:
+        """Causal attention rows on ``context``: row q holds query position q's
+        weights on positions 0..q (zeros after q).
+
+        The last row is the one the model's output uses; row q is what it would use
+        with the context cut after position q (the stage monitor reads every row).
+        """
+        emb = self.W_E[context]  # [s, m]
+        scores = self.tau * (emb @ self.W_A) @ emb.T  # [s, s]
+        s = context.shape[0]
+        causal = jnp.tril(jnp.ones((s, s), dtype=bool))
+        return jax.nn.softmax(scores, axis=-1, where=causal)
+
+    def attention_singular_values(self) -> Float[Array, "1 1 m"]:
+        """Singular values of W_A, decreasing, as one layer with one head."""
+        return jnp.linalg.svd(self.W_A, compute_uv=False)[None, None, :]
+
     def __call__(self, context: Int[Array, " s"]) -> Float[Array, " d"]:
         """Logits for the token after ``context`` from gathered embeddings (§2)."""
         emb = self.W_E[context]  # [s, m]

@@ -27,6 +27,19 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 from gflow.problems.model import AttentionModel
 
 
+def product_singular_values(
+    A: Float[Array, "*h m k"], B: Float[Array, "*h m k"]
+) -> Float[Array, "*h k"]:
+    """Singular values of A Bᵀ (m × m, rank ≤ k ≤ m) per leading index, decreasing.
+
+    With A = Q_A R_A and B = Q_B R_B (reduced QR, Q with orthonormal columns),
+    A Bᵀ = Q_A (R_A R_Bᵀ) Q_Bᵀ has the singular values of the k × k R_A R_Bᵀ.
+    """
+    R_A = jnp.linalg.qr(A, mode="r")
+    R_B = jnp.linalg.qr(B, mode="r")
+    return jnp.linalg.svd(R_A @ jnp.swapaxes(R_B, -1, -2), compute_uv=False)
+
+
 class LayerNorm(eqx.Module):
     """Normalise the last axis to mean 0 and variance 1, then scale and shift."""
 
@@ -313,6 +326,10 @@ class Transformer(eqx.Module):
     def attention(self, context: Int[Array, " s"]) -> Float[Array, "l h s s"]:
         """Every layer's and head's causal attention weights on ``context``."""
         return self._stream(context)[1]
+
+    def attention_singular_values(self) -> Float[Array, "l h k"]:
+        """Singular values of every head's W_A,h = W_Q,h W_K,hᵀ, decreasing."""
+        return jnp.stack([product_singular_values(b.W_Q, b.W_K) for b in self.blocks])
 
     def __call__(self, context: Int[Array, " s"]) -> Float[Array, " d"]:
         """The logits of the token after ``context`` (the last position)."""

@@ -71,6 +71,10 @@ class PositionalAttentionModel(eqx.Module):
         scores = self.base.tau * (emb[-1] @ self.base.W_A) @ emb.T  # [s]
         return jax.nn.softmax(scores)
 
+    def attention_singular_values(self) -> Float[Array, "1 1 m"]:
+        """Singular values of W_A, decreasing, as one layer with one head."""
+        return self.base.attention_singular_values()
+
     def __call__(self, context: Int[Array, " s"]) -> Float[Array, " d"]:
         emb = self.embed(context)
         out = self.attention(context) @ emb  # [m]

@@ -1,0 +1,312 @@
+"""``gflow.Monitor``: the stages of attention detected online in any training loop.
+
+::
+
+    monitor = gflow.Monitor("runs/monitor", every=10)
+    for step in range(steps):
+        model, opt_state = train_step(model, opt_state, next(batches))
+        monitor.observe(step, model, probe)        # probe: int [b, s+1], fixed
+    monitor.close()                                # or: with gflow.Monitor(...) as m
+
+Every ``every`` steps the monitor measures the model on the probe batch in one
+jitted call (``gflow.monitor.signals``), feeds the signals to the streaming stage
+rules (``gflow.analysis.online_stages``), appends a row to ``metrics.csv`` and the
+new events to ``events.jsonl`` (``gflow.monitor.logs``), calls the ``on_event``
+callbacks, and optionally writes TensorBoard scalars. The model may be any
+attending model (``gflow.analysis.attending``): AttentionModel, Transformer,
+PositionalAttentionModel or one's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import ArrayLike, Int
+
+from gflow.analysis.attending import check_attending
+from gflow.analysis.head_observables import HeadObservables
+from gflow.analysis.head_stages import HeadStage, detect_head_stages
+from gflow.analysis.online_stages import OnlineStageDetector
+from gflow.analysis.stages import StageDetector
+from gflow.dynamics.trajectory import Trajectory
+from gflow.monitor import logs
+from gflow.monitor.signals import probe_signals
+from gflow.monitor.tensorboard import ScalarWriter
+from gflow.runs.environment import environment
+from gflow.runs.files import write_json
+
+EventCallback = Callable[[dict], None]
+
+
+def _positive_int(name, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class Monitor:
+    """Watch a training loop's attention heads and report their stages as they occur.
+
+    Args:
+        out: the monitor directory (created; see ``gflow.monitor.logs``).
+        every: observe at the steps divisible by ``every``; ``observe`` does nothing
+            (and costs nothing) at other steps.
+        top: the most frequent token; default: the most frequent query token of the
+            first probe batch.
+        tracked: the tracked query tokens; default: the ``n_tracked`` least frequent
+            query tokens of the first probe batch.
+        n_tracked: how many tracked tokens to choose by default.
+        detector: the stage thresholds (default ``StageDetector()``).
+        window: intervals over which condensation's loss rate is measured.
+        n_sv: singular values kept per matrix (asymmetry lifting of cycle c reads
+            σ_{c+1}, so ``n_sv`` bounds the cycles seen at n_sv - 1).
+        on_event: callables, each called with every event dict as it is detected.
+        tensorboard: also write TensorBoard scalars to ``out/tensorboard``.
+        resume: continue a monitor directory: rows from the first observed step on
+            are dropped and the stage rules replay the rest, so a training loop
+            restarted from a checkpoint continues its monitor where it was.
+        verbose: print one line per event to stderr.
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        every: int = 10,
+        *,
+        top: int | None = None,
+        tracked: Sequence[int] | None = None,
+        n_tracked: int = 3,
+        detector: StageDetector | None = None,
+        window: int = 2,
+        n_sv: int = 4,
+        on_event: EventCallback | Iterable[EventCallback] = (),
+        tensorboard: bool = False,
+        resume: bool = False,
+        verbose: bool = True,
+    ):
+        self.out = Path(out)
+        self.every = _positive_int("every", every)
+        self.n_tracked = _positive_int("n_tracked", n_tracked)
+        self.n_sv = _positive_int("n_sv", n_sv)
+        self._top, self._tracked = top, tracked
+        self.detector = OnlineStageDetector(detector, window=window)
+        self.callbacks = [on_event] if callable(on_event) else list(on_event)
+        if not all(callable(f) for f in self.callbacks):
+            raise TypeError("on_event must be a callable or an iterable of callables")
+        self.resume, self.verbose = bool(resume), bool(verbose)
+        if self.out.exists() and not self.out.is_dir():
+            raise NotADirectoryError(f"out: {self.out} exists and is not a directory")
+        if not resume and (self.out / logs.METRICS).exists():
+            raise FileExistsError(
+                f"{self.out} already holds a monitor; give another directory, or "
+                "resume=True to continue it"
+            )
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._tb = ScalarWriter(self.out / "tensorboard") if tensorboard else None
+        self._obs: HeadObservables | None = None
+        self._shapes: dict[str, list[int]] | None = None
+        self._rows: AppendLogs | None = None
+        self._t: list[float] = []
+        self._steps: list[int] = []
+        self._signals: list[dict[str, np.ndarray]] = []
+        self._closed = False
+
+    @property
+    def events(self) -> list[dict]:
+        """Every event detected so far, in order."""
+        return self.detector.events
+
+    def on_event(self, callback: EventCallback) -> EventCallback:
+        """Register a callback (usable as a decorator)."""
+        if not callable(callback):
+            raise TypeError("on_event needs a callable")
+        self.callbacks.append(callback)
+        return callback
+
+    def observe(
+        self, step: int, model, tokens: Int[ArrayLike, "b s1"], t: float | None = None
+    ) -> list[dict]:
+        """Observe the model at ``step`` (when ``every`` divides it).
+
+        Args:
+            step: the training step (an integer ≥ 0).
+            model: an attending model (``gflow.analysis.attending``).
+            tokens: the probe batch, int [b, s+1]; keep it fixed (a new batch of the
+                same shape does not recompile, but moves the signals).
+            t: the shared clock t = Σ η of the step (default: the step).
+
+        Returns:
+            The events this observation completed ([] at steps not observed).
+        """
+        if self._closed:
+            raise ValueError("the monitor is closed")
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            raise TypeError(f"step must be an integer, got {step!r}")
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        if step % self.every:
+            return []
+        if self._obs is None:
+            self._start(step, model, tokens)
+        elif np.shape(tokens) != tuple(self._obs.tokens.shape):
+            raise ValueError(
+                f"tokens changed shape {tuple(self._obs.tokens.shape)} -> "
+                f"{np.shape(tokens)}; keep one probe batch"
+            )
+        else:
+            self._obs = HeadObservables(tokens, self._obs.top, self._obs.tracked)
+        clock = float(step if t is None else t)
+        if self._steps and step <= self._steps[-1]:
+            raise ValueError(f"steps must increase: {step} after {self._steps[-1]}")
+        values = jax.device_get(probe_signals(model, self._obs, self.n_sv))
+        values = {k: np.asarray(v, float) for k, v in values.items()}
+        return self._record(int(step), clock, values)
+
+    def _record(self, step: int, t: float, values: dict, *, replay=False) -> list[dict]:
+        new = self.detector.update(step, t, values)
+        self._steps.append(step)
+        self._t.append(t)
+        self._signals.append(values)
+        if replay:
+            return new
+        flat = [np.ravel(values[k]) for k in self._shapes]
+        row = [str(step), repr(t)] + [repr(float(x)) for v in flat for x in v]
+        self._rows.metrics.write([logs.csv_line(row)])
+        if new:
+            self._rows.events.write([json.dumps(e) for e in new])
+        if self._tb is not None:
+            names = logs.flat_names(self._shapes)
+            scalars = dict(zip(names, np.concatenate(flat)))
+            for e in new:
+                scalars[f"event/{e['event']}/L{e['layer']}H{e['head']}"] = e["cycle"]
+            self._tb.scalars(step, scalars)
+        for e in new:
+            if self.verbose:
+                where = "all heads" if e["layer"] < 0 else f"L{e['layer']}H{e['head']}"
+                print(
+                    f"[gflow monitor] step {step} t={t:.4g}: {e['event']} "
+                    f"(cycle {e['cycle']}, {where}; {e['signal']} "
+                    f"{e['reference']:.4g} -> {e['value']:.4g})",
+                    file=sys.stderr,
+                )
+            for callback in self.callbacks:
+                callback(e)
+        return new
+
+    def _start(self, step: int, model, tokens) -> None:
+        """The first observation: fix top and tracked, the signal shapes, the files."""
+        check_attending(model)
+        tokens = np.asarray(tokens)
+        if tokens.ndim != 2 or tokens.shape[1] < 2:
+            raise ValueError(f"tokens must be int [batch, s+1], got {tokens.shape}")
+        if not np.issubdtype(tokens.dtype, np.integer):
+            raise TypeError(f"tokens must be integers, got {tokens.dtype}")
+        d = int(eqx.filter_eval_shape(model, jnp.asarray(tokens[0, :-1])).shape[-1])
+        obs = HeadObservables.default(tokens, d, n_tracked=self.n_tracked)
+        top = obs.top if self._top is None else self._top
+        tracked = obs.tracked if self._tracked is None else self._tracked
+        for tok in np.ravel(np.asarray(tracked)).tolist() + [int(top)]:
+            if not 0 <= tok < d:
+                raise ValueError(f"top and tracked tokens must lie in [0, {d})")
+        self._obs = HeadObservables(tokens, top, tracked)
+        shapes = eqx.filter_eval_shape(probe_signals, model, self._obs, self.n_sv)
+        names = sorted(shapes, key=lambda k: (k != "loss", k))
+        self._shapes = {k: list(shapes[k].shape) for k in names}
+        write_json(self.out / logs.CONFIG, self._config(tokens.shape))
+        header = ["step", "t", *logs.flat_names(self._shapes)]
+        if self.resume:
+            self._replay(step, header)
+        else:
+            logs.rewrite(self.out / logs.METRICS, [logs.csv_line(header)])
+            logs.rewrite(self.out / logs.EVENTS, [])
+        self._rows = AppendLogs(self.out)
+
+    def _replay(self, step: int, header: list[str]) -> None:
+        """Resume: keep the rows before ``step``, replay them through the rules."""
+        old, rows = logs.read_rows(self.out)
+        if old and old != header:
+            raise ValueError(
+                f"{self.out}/{logs.METRICS} has other columns than this model's "
+                "signals; resume it with the same model, probe and settings"
+            )
+        rows = rows[rows[:, 0] < step] if len(rows) else rows
+        signals = logs.signals_from_rows(self._shapes, header, rows) if old else {}
+        for i in range(len(rows)):
+            values = {k: v[i] for k, v in signals.items()}
+            self._record(int(rows[i, 0]), float(rows[i, 1]), values, replay=True)
+        lines = [logs.csv_line(header)]
+        lines += [
+            logs.csv_line([str(int(r[0]))] + [repr(x) for x in r[1:]]) for r in rows
+        ]
+        logs.rewrite(self.out / logs.METRICS, lines)
+        logs.rewrite(self.out / logs.EVENTS, [json.dumps(e) for e in self.events])
+
+    def _config(self, probe_shape) -> dict:
+        d = self.detector.detector
+        return {
+            "command": "monitor",
+            "every": self.every,
+            "probe_shape": list(probe_shape),
+            "top": int(self._obs.top),
+            "tracked": np.asarray(self._obs.tracked).tolist(),
+            "n_sv": self.n_sv,
+            "window": self.detector.window,
+            "detector": {
+                "edge": d.edge,
+                "min_amplitude": d.min_amplitude,
+                "growth_start": d.growth_start,
+                "min_growth": d.min_growth,
+            },
+            "shapes": self._shapes,
+            "environment": environment(),
+        }
+
+    def trajectory(self) -> Trajectory:
+        """The signals observed so far as a Trajectory (t, metrics [n, ...])."""
+        if not self._signals:
+            raise ValueError("nothing observed yet")
+        metrics = {k: np.stack([s[k] for s in self._signals]) for k in self._signals[0]}
+        metrics["step"] = np.asarray(self._steps, float)
+        return Trajectory(t=np.asarray(self._t), metrics=metrics, final=None)
+
+    def offline_stages(self, detector: StageDetector | None = None) -> list[HeadStage]:
+        """The offline rules (``detect_head_stages``) on the same signals."""
+        return detect_head_stages(
+            self.trajectory(), detector=detector or self.detector.detector
+        )
+
+    def close(self) -> None:
+        """Flush and sync the files (observing after it is an error)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._rows is not None:
+            self._rows.close()
+        if self._tb is not None:
+            self._tb.close()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class AppendLogs:
+    """The monitor's two append-only files."""
+
+    def __init__(self, out: Path):
+        self.metrics = logs.AppendLog(out / logs.METRICS)
+        self.events = logs.AppendLog(out / logs.EVENTS)
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.events.close()
