@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from gflow.dynamics.trajectory import Trajectory
-from gflow.runs.files import atomic_write_bytes, read_json
+from gflow.runs.files import atomic_write_bytes, complete_lines, read_json, read_jsonl
 
 CONFIG, METRICS, EVENTS = "config.json", "metrics.csv", "events.jsonl"
 
@@ -58,16 +57,6 @@ class AppendLog:
             self._fd = None
 
 
-def _complete_lines(path: Path) -> list[str]:
-    """The file's lines that end in a newline (a killed writer's partial last line is
-    dropped)."""
-    if not path.exists():
-        return []
-    text = path.read_text()
-    lines = text.split("\n")
-    return lines[:-1]  # the last piece is "" after a complete file, or a partial line
-
-
 def flat_names(shapes: dict[str, list[int]]) -> list[str]:
     """The CSV column of every scalar of the signals (in ``shapes``' order)."""
     names = []
@@ -87,7 +76,7 @@ def csv_line(values: list) -> str:
 
 def read_rows(run_dir) -> tuple[list[str], np.ndarray]:
     """The header and the complete rows [n, columns] of ``metrics.csv``."""
-    lines = _complete_lines(Path(run_dir) / METRICS)
+    lines = complete_lines(Path(run_dir) / METRICS)
     if not lines:
         return [], np.zeros((0, 0))
     header = next(csv.reader([lines[0]]))
@@ -97,13 +86,7 @@ def read_rows(run_dir) -> tuple[list[str], np.ndarray]:
 
 def read_events(run_dir) -> list[dict]:
     """The complete events of ``events.jsonl``, in order."""
-    out = []
-    for line in _complete_lines(Path(run_dir) / EVENTS):
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+    return read_jsonl(Path(run_dir) / EVENTS)
 
 
 def signals_from_rows(shapes: dict, header: list[str], rows: np.ndarray) -> dict:

@@ -55,6 +55,27 @@ def read_json(path):
         return json.load(f)
 
 
+def complete_lines(path) -> list[str]:
+    """The lines of a text file that end in a newline: a writer killed mid-line
+    leaves a partial last line, which is dropped. [] when the file is absent."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return path.read_text().split("\n")[:-1]
+
+
+def read_jsonl(path) -> list[dict]:
+    """The complete JSON lines of ``path`` (``complete_lines``), in order; lines that
+    are not JSON are skipped."""
+    out = []
+    for line in complete_lines(path):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
 def flat_columns(t, metrics) -> dict[str, np.ndarray]:
     cols = {"t": np.asarray(t)}
     names = sorted(metrics, key=lambda k: (k != "loss", k != "grad_norm", k))

@@ -7,7 +7,7 @@ import html
 import json
 from pathlib import Path
 
-from gflow.runs.files import atomic_write_bytes, read_json
+from gflow.runs.files import atomic_write_bytes, read_json, read_jsonl
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1000px; margin: 2em auto;
@@ -101,6 +101,15 @@ def render_report(run_dir) -> str:
             "<h2>Sweep</h2>",
             _kv_table(summary),
             _table(sweep.get("members", [])),
+        ]
+    if (run_dir / "events.jsonl").exists():  # a monitor directory
+        events = read_jsonl(run_dir / "events.jsonl")
+        keep = ("event", "cycle", "layer", "head", "step", "t", "t_onset", "signal")
+        parts += [
+            "<h2>Monitor events</h2>",
+            "<p>layer = head = -1: a global event (condensation; the embedding's "
+            "asymmetry lifting).</p>",
+            _table([{k: e.get(k, "") for k in keep} for e in events]),
         ]
     figures = sorted(run_dir.glob("*.png"))
     if figures:
