@@ -29,6 +29,7 @@ SECTIONS = (
     "scale",
     "scipy_stiff",
     "deep",
+    "monitor",
 )
 
 
@@ -45,6 +46,7 @@ def main(argv=None) -> int:
     from . import (
         deep_cost,
         error_scale,
+        monitor_overhead,
         overhead,
         scipy_cmp,
         seqloss,
@@ -73,6 +75,8 @@ def main(argv=None) -> int:
             t1=3000.0, methods=("DOP853",), repeats=1, solver=StiffSwitch()
         ),
         "deep": lambda: deep_cost.run(quick=q),  # its own tables: deep_cost.md
+        # its own table: monitor_overhead.md
+        "monitor": lambda: monitor_overhead.run(quick=q),
         "trace": lambda: work_precision.stiffness_trace(
             t1=1500.0 if q else 3000.0, n=16 if q else 61
         ),

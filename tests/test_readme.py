@@ -17,7 +17,10 @@ def _block(heading: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("heading", ["Python in ten lines", "Deep models in Python"])
+@pytest.mark.parametrize(
+    "heading",
+    ["Python in ten lines", "Deep models in Python", "Monitor a training loop"],
+)
 def test_readme_example_runs_in_a_fresh_process(heading):
     out = subprocess.run(
         [sys.executable, "-c", _block(heading)],
