@@ -184,6 +184,7 @@ def _models():
 @pytest.mark.parametrize("name", ["attention", "transformer", "positional", "user"])
 def test_every_attending_model(name, tmp_path):
     model = _models()[name]
+    assert isinstance(model, gflow.Attending)
     probe = _probe(batch=16)
     with Monitor(tmp_path / name, every=1, verbose=False) as mon:
         mon.observe(0, model, probe)
@@ -216,6 +217,7 @@ def test_a_model_without_the_protocol_is_refused(tmp_path):
         def __call__(self, context):
             return self.w[context[-1]]
 
+    assert not isinstance(NoAttention(jnp.ones((4, 4))), gflow.Attending)
     mon = Monitor(tmp_path / "x", verbose=False)
     with pytest.raises(TypeError, match="attending"):
         mon.observe(0, NoAttention(jnp.ones((4, 4))), _probe(batch=4))
