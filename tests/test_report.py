@@ -116,3 +116,23 @@ def test_report_renders_in_headless_chromium(tmp_path):
         timeout=120,
     ).stdout
     assert "<title>ALL-LOADED</title>" in out
+
+
+def test_report_of_a_damaged_run_directory_shows_what_it_can(tmp_path):
+    """Truncated JSON files (a disk filled up, a copy cut short) do not stop the
+    report: each damaged part says it is unreadable, the rest is shown."""
+    _run_dir(tmp_path)
+    (tmp_path / "stages.json").write_text('[{"stage": "foc')
+    write_json(tmp_path / "flow.json", {"status": "success"})  # no stats
+    (tmp_path / "flow_metrics.npz").write_bytes(b"")
+    (tmp_path / "gd.json").write_text("{")
+    (tmp_path / "gd_metrics.npz").write_bytes(b"")
+    (tmp_path / "sweep.json").write_text("[1, 2")
+    assert main(["report", str(tmp_path)]) == 0
+    text = (tmp_path / "report.html").read_text()
+    assert "stages.json is unreadable (JSONDecodeError)" in text
+    assert "sweep.json is unreadable (JSONDecodeError)" in text
+    assert "unreadable (keys)" in text and "unreadable (JSONDecodeError)" in text
+    parser = _Images()
+    parser.feed(text)
+    assert len(parser.srcs) == 2  # the figures are still there

@@ -67,6 +67,21 @@ def _img(path: Path) -> str:
     )
 
 
+def _read(path: Path):
+    """(the JSON document, None), or (None, why) for a damaged file: a report of a
+    damaged run directory still shows what it can."""
+    try:
+        return read_json(path), None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return None, type(e).__name__
+
+
+def _unreadable(name: str, why) -> str:
+    return (
+        f"<p>{html.escape(name)} is unreadable ({html.escape(str(why or 'shape'))})</p>"
+    )
+
+
 def render_report(run_dir) -> str:
     """The HTML of the report of ``run_dir``: config, statuses, stages, figures."""
     run_dir = Path(run_dir)
@@ -82,26 +97,29 @@ def render_report(run_dir) -> str:
     runs = []
     for meta in sorted(run_dir.glob("*.json")):
         if (run_dir / f"{meta.stem}_metrics.npz").exists():
-            m = read_json(meta)
-            runs.append(
-                {
-                    "run": meta.stem,
-                    "status": m["status"],
-                    **{k: v for k, v in m["stats"].items() if v is not None},
-                }
-            )
+            m, why = _read(meta)
+            if why is None and isinstance(m.get("stats"), dict) and "status" in m:
+                stats = {k: v for k, v in m["stats"].items() if v is not None}
+                runs.append({"run": meta.stem, "status": m["status"], **stats})
+            else:
+                runs.append(
+                    {"run": meta.stem, "status": f"unreadable ({why or 'keys'})"}
+                )
     if runs:
         parts += ["<h2>Runs and solver statistics</h2>", _table(runs)]
     if (run_dir / "stages.json").exists():
-        parts += ["<h2>Stages</h2>", *_stage_tables(read_json(run_dir / "stages.json"))]
+        stages, why = _read(run_dir / "stages.json")
+        ok = why is None and isinstance(stages, (list, dict))
+        body = _stage_tables(stages) if ok else [_unreadable("stages.json", why)]
+        parts += ["<h2>Stages</h2>", *body]
     if (run_dir / "sweep.json").exists():
-        sweep = read_json(run_dir / "sweep.json")
-        summary = {k: v for k, v in sweep.items() if k != "members"}
-        parts += [
-            "<h2>Sweep</h2>",
-            _kv_table(summary),
-            _table(sweep.get("members", [])),
-        ]
+        sweep, why = _read(run_dir / "sweep.json")
+        if why is None and isinstance(sweep, dict):
+            summary = {k: v for k, v in sweep.items() if k != "members"}
+            body = [_kv_table(summary), _table(sweep.get("members", []))]
+        else:
+            body = [_unreadable("sweep.json", why)]
+        parts += ["<h2>Sweep</h2>", *body]
     if (run_dir / "events.jsonl").exists():  # a monitor directory
         events = read_jsonl(run_dir / "events.jsonl")
         keep = ("event", "cycle", "layer", "head", "step", "t", "t_onset", "signal")
