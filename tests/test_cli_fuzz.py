@@ -32,9 +32,9 @@ from gflow.cli.main import build_parser, main
 from gflow.dynamics.optimizers import OPTIMIZERS
 from gflow.runs.flow_run import SOLVERS, FlowConfig
 from gflow.runs.sweep_run import SweepConfig
-from gflow.runs.text_run import METHODS
+from gflow.runs.text_run import METHODS, TOKENIZER_NAMES
 from gflow.runs.train_run import SCHEDULES, TrainConfig
-from gflow.text.tokenize import TOKENIZERS
+from gflow.text.subword import WHITESPACE_MODES
 
 FUZZ = settings(
     max_examples=10,
@@ -114,7 +114,8 @@ DEFAULT_VALID = {float: _positive, int: lambda n: n >= 1, common.floats: None}
 # Options that take a name from a fixed set (checked by gflow, not by argparse choices)
 NAMES = {
     ("flow", "--solver"): set(SOLVERS),
-    ("text", "--tokenizer"): set(TOKENIZERS),
+    ("text", "--tokenizer"): set(TOKENIZER_NAMES),
+    ("text", "--whitespace"): set(WHITESPACE_MODES),
     ("text", "--method"): set(METHODS),
     ("train", "--optimizer"): set(OPTIMIZERS),
     ("train", "--schedule"): set(SCHEDULES),
@@ -264,6 +265,10 @@ def _strategy(command, action, ws):
             [str(ws / "nope.txt"), "", str(ws / "emptydir"), str(ws / "empty.txt"),
              str(ws / "file"), "wikitext", "tinystories"]
         ).map(tail)  # fmt: skip
+    elif kind is str and flag == "--tokenizer-file":  # not a file, or not for word
+        values = st.sampled_from(
+            [str(ws / "nope.json"), str(ws / "emptydir"), "", str(ws / "file")]
+        ).map(tail)
     elif kind is str and flag == "--track":  # tokens the corpus does not have
         word = st.text(alphabet="bdefgkqvwxyz", min_size=1, max_size=6)
         values = (

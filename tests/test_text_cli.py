@@ -126,3 +126,29 @@ def test_text_command_defaults_on_shared_corpora(tmp_path, corpus):
     )
     assert (out / "attention_rows_gd.png").exists()
     assert (out / "attention_rows_adam.png").exists()
+
+
+@pytest.mark.skipif(not (DATA / "tinystories").exists(), reason="no shared data")
+def test_subword_run_saves_its_tokenizer_and_reuses_it(tmp_path):
+    """--tokenizer bpe trains on the corpus and writes tokenizer.json; a second run
+    given that file (--tokenizer-file) tokenises identically without training; the
+    whitespace piece and the paper's rows are tracked by default."""
+    pytest.importorskip("tokenizers")
+    corpus = DATA / "tinystories" / "sample.txt"
+    base = ["--quiet", "text", "--corpus", str(corpus), "--max-chars", "20000",
+            "--tokenizer", "bpe", "--whitespace", "isolated", "--vocab-size", "300",
+            "--context", "8", "--windows", "32", "--steps", "2", "--adam-steps", "0",
+            "--num-saves", "2", "--num-queries", "1"]  # fmt: skip
+    assert main([*base, "--out", str(tmp_path / "a")]) == 0
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert "\u2581" in cfg["queries"] and "the" in cfg["queries"]
+    assert cfg["top"][0] == "\u2581" and cfg["unk_frequency"] == 0.0
+    tok = tmp_path / "a" / "tokenizer.json"
+    again = [*base, "--tokenizer-file", str(tok), "--out", str(tmp_path / "b")]
+    assert main(again) == 0
+    for name in ("vocab.json", "tokenizer.json"):
+        assert (tmp_path / "a" / name).read_text() == (
+            tmp_path / "b" / name
+        ).read_text()
+    bad = [*base[:-2], "--tokenizer", "unigram", "--tokenizer-file", str(tok)]
+    assert main([*bad, "--out", str(tmp_path / "c")]) == 2  # a bpe file, not unigram

@@ -9,8 +9,8 @@ from gflow.cli.errors import UsageError
 
 
 def register(sub) -> None:
-    from gflow.runs.text_run import METHODS, TextConfig
-    from gflow.text.tokenize import TOKENIZERS
+    from gflow.runs.text_run import METHODS, TOKENIZER_NAMES, TextConfig
+    from gflow.text.subword import WHITESPACE_MODES
 
     d = TextConfig(corpus="-")
     p = sub.add_parser(
@@ -32,9 +32,30 @@ def register(sub) -> None:
         help="allow fetching a hub corpus (needs pip install gflow[hf] and network)",
     )
     add_out_option(p, "text")
-    p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="V")
     p.add_argument(
-        "--tokenizer", default=d.tokenizer, help=f"one of {', '.join(TOKENIZERS)}"
+        "--vocab-size",
+        type=int,
+        default=d.vocab_size,
+        help="V: kept types (word, byte), or the pieces a subword tokeniser trains",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=d.tokenizer,
+        help=f"one of {', '.join(TOKENIZER_NAMES)}; bpe and unigram are trained on "
+        "the corpus (offline; needs pip install 'gflow[text]') and saved as "
+        "tokenizer.json",
+    )
+    p.add_argument(
+        "--whitespace",
+        default=d.whitespace,
+        help=f"subword spaces: one of {', '.join(WHITESPACE_MODES)} (the piece ▁ on "
+        "its own, or glued to the next word as in SentencePiece)",
+    )
+    p.add_argument(
+        "--tokenizer-file",
+        default=None,
+        help="reuse a trained subword tokeniser (an earlier run's tokenizer.json) "
+        "instead of training one",
     )
     p.add_argument("--max-chars", type=int, default=None, help="use the start only")
     p.add_argument("--context", type=int, default=d.context, help="window length s")
@@ -81,6 +102,8 @@ def run(args) -> int:
             corpus=str(args.corpus),
             vocab_size=args.vocab_size,
             tokenizer=args.tokenizer,
+            whitespace=args.whitespace,
+            tokenizer_file=args.tokenizer_file,
             max_chars=args.max_chars,
             download=args.download,
             context=args.context,

@@ -26,12 +26,19 @@ from gflow.text.corpus import load_corpus
 from gflow.text.fullbatch import run_full_batch
 from gflow.text.observables import TextObservables, default_queries, observe_snapshots
 from gflow.text.positional import PositionalAttentionModel, TextLoss
+from gflow.text.subword import KINDS, WHITESPACE, WHITESPACE_MODES, SubwordTokenizer
 from gflow.text.tokenize import TOKENIZERS, Vocabulary
 from gflow.text.train import run_minibatch
 from gflow.text.windows import WindowStream, fixed_sample
 
 #: How the deterministic run follows the flow.
 METHODS = ("gd", "flow")
+#: Every tokeniser name: the fixed ones and the subword kinds trained on the corpus.
+TOKENIZER_NAMES = (*TOKENIZERS, *KINDS)
+#: Query tokens tracked by default where the vocabulary has them: the whitespace
+#: piece and the rows of the paper's figures (WikiText: "continue"; TinyStories:
+#: "the", ",", "a", "full", "been").
+PAPER_QUERIES = (WHITESPACE, "continue", "the", ",", "a", "full", "been")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +54,8 @@ class TextConfig:
     corpus: str = ""
     vocab_size: int = 200
     tokenizer: str = "word"
+    whitespace: str = "isolated"
+    tokenizer_file: str | None = None
     max_chars: int | None = None
     download: bool = False
     context: int = 32
@@ -76,8 +85,18 @@ class TextConfig:
 
         if not self.corpus:
             bad("corpus", "give a text file, a folder or a hub name")
-        if self.tokenizer not in TOKENIZERS:
-            bad("tokenizer", f"must be one of {sorted(TOKENIZERS)}")
+        if self.tokenizer not in TOKENIZER_NAMES:
+            bad("tokenizer", f"must be one of {', '.join(TOKENIZER_NAMES)}")
+        if self.whitespace not in WHITESPACE_MODES:
+            bad("whitespace", f"must be one of {', '.join(WHITESPACE_MODES)}")
+        if self.tokenizer in KINDS and not 32 <= self.vocab_size <= 100_000:
+            bad("vocab_size", f"a subword vocabulary needs 32-100000 pieces, got "
+                f"{self.vocab_size}")  # fmt: skip
+        if self.tokenizer_file is not None:
+            if self.tokenizer not in KINDS:
+                bad("tokenizer_file", "only for --tokenizer bpe or unigram")
+            if not Path(self.tokenizer_file).is_file():
+                bad("tokenizer_file", f"{self.tokenizer_file!r} is not a file")
         if self.method not in METHODS:
             bad("method", f"must be one of {METHODS}, got {self.method!r}")
         for name in ("vocab_size", "context", "windows", "d_model", "steps"):
@@ -110,23 +129,52 @@ class TextData:
     sample: np.ndarray  # int32 [windows, context + 1]
     queries: tuple[int, ...]
     top: tuple[int, ...]
+    tokenizer: SubwordTokenizer | None = None
 
 
 def prepare(cfg: TextConfig) -> TextData:
     """Load, tokenise, build the vocabulary, cut the fixed sample, pick queries."""
     text = load_corpus(cfg.corpus, max_chars=cfg.max_chars, download=cfg.download)
-    toks = TOKENIZERS[cfg.tokenizer](text)
-    vocab = Vocabulary.build(toks, cfg.vocab_size)
+    subword = None
+    if cfg.tokenizer in KINDS:
+        subword = _subword(cfg, text)
+        toks = subword(text)
+        vocab = Vocabulary.build(toks, subword.vocab_size)  # every piece is kept
+    else:
+        toks = TOKENIZERS[cfg.tokenizer](text)
+        vocab = Vocabulary.build(toks, cfg.vocab_size)
     ids = vocab.encode(toks)
     sample = fixed_sample(ids, length=cfg.context, num=cfg.windows)
     try:
         named = [vocab.id(t) for t in cfg.track]
     except ValueError as e:
         raise ValueError(f"track: {e}") from None
+    if not cfg.track:  # the paper's rows where the vocabulary has them
+        named = [vocab.id(t) for t in PAPER_QUERIES if t in vocab.tokens]
     auto = default_queries(vocab, sample, num=cfg.num_queries)
     queries = tuple(dict.fromkeys([*named, *auto]))
     top = tuple(range(min(cfg.topk, len(vocab))))  # ids are ranks by frequency
-    return TextData(vocab, ids, sample, queries, top)
+    return TextData(vocab, ids, sample, queries, top, subword)
+
+
+def _subword(cfg: TextConfig, text: str) -> SubwordTokenizer:
+    """The subword tokeniser: read from ``tokenizer_file`` (a run directory's
+    tokenizer.json, so a run reuses its pieces), else trained on the corpus."""
+    if cfg.tokenizer_file is None:
+        return SubwordTokenizer.train(
+            text, kind=cfg.tokenizer, vocab_size=cfg.vocab_size,
+            whitespace=cfg.whitespace,
+        )  # fmt: skip
+    try:
+        tok = SubwordTokenizer.from_json(Path(cfg.tokenizer_file).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"tokenizer_file: {cfg.tokenizer_file}: {e}") from None
+    if tok.kind != cfg.tokenizer:
+        raise ValueError(
+            f"tokenizer_file: {cfg.tokenizer_file} holds a {tok.kind} tokeniser, "
+            f"not {cfg.tokenizer}"
+        )
+    return tok
 
 
 def init_model(cfg: TextConfig, d: int):
@@ -259,6 +307,8 @@ def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
         },
     )
     write_json(out / "vocab.json", vocab.frequency_table())
+    if data.tokenizer is not None:  # the trained pieces, to reuse
+        atomic_write_bytes(out / "tokenizer.json", data.tokenizer.to_json().encode())
     stages = {}
     for name, traj in runs.items():
         metrics = dict(traj.metrics)
