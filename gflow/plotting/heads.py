@@ -10,10 +10,9 @@ import numpy as np
 from jaxtyping import ArrayLike, Int
 
 from gflow.analysis.head_stages import HeadStage
-from gflow.analysis.stages import STAGE_NAMES
 from gflow.dynamics.trajectory import Trajectory
 from gflow.plotting.figure import plt, save_figure
-from gflow.plotting.stages import STAGE_COLOURS, shade_stages
+from gflow.plotting.stages import shade_stages, stage_legend
 from gflow.problems.transformer import Transformer
 
 
@@ -67,20 +66,7 @@ def plot_head_entropy(
                 ax.set_ylabel("entropy (nats)")
             if layer == n_layers - 1:
                 ax.set_xlabel("flow time t")
-    if stages:
-        names = [n for n in STAGE_NAMES if any(s.name == n for s in stages)]
-        handles = [
-            plt.Rectangle((0, 0), 1, 1, color=STAGE_COLOURS[n], alpha=0.3)
-            for n in names
-        ]
-        fig.legend(
-            handles,
-            [n.replace("_", " ") for n in names],
-            loc="lower center",
-            ncol=len(names),
-            fontsize=8,
-            bbox_to_anchor=(0.5, -0.02),
-        )
+    stage_legend(fig, {s.name for s in stages or ()})
     fig.suptitle(title or "last-position attention entropy per head")
     fig.tight_layout()
     save_figure(fig, path)

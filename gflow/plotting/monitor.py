@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gflow.analysis.stages import STAGE_NAMES
 from gflow.monitor.logs import load_monitor
 from gflow.plotting.figure import plt, save_figure
-from gflow.plotting.stages import STAGE_COLOURS
+from gflow.plotting.stages import STAGE_COLOURS, stage_legend
 
 _CYCLE_STYLES = ("-", "--", ":", "-.")
 
@@ -71,17 +70,7 @@ def plot_monitor(
                 ax.set_ylabel("entropy (nats)")
             if layer == n_layers - 1:
                 ax.set_xlabel("clock t")
-    names = [n for n in STAGE_NAMES if any(e["event"] == n for e in events)]
-    if names:
-        handles = [plt.Line2D([], [], color=STAGE_COLOURS[n]) for n in names]
-        fig.legend(
-            handles,
-            [n.replace("_", " ") for n in names],
-            loc="lower center",
-            ncol=len(names),
-            fontsize=8,
-            bbox_to_anchor=(0.5, -0.02),
-        )
+    stage_legend(fig, {e["event"] for e in events}, lines=True)
     fig.suptitle(
         f"gflow monitor: {run_dir.name} (every {cfg['every']} steps, "
         f"{len(events)} events)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gflow.analysis.stages import STAGE_NAMES
 from gflow.plotting.figure import plt, save_figure
 
 #: One colour per stage name.
@@ -13,6 +14,29 @@ STAGE_COLOURS = {
     "dilution": "tab:green",
     "asymmetry_lifting": "tab:purple",
 }
+
+
+def stage_legend(fig, names, *, lines: bool = False) -> None:
+    """One legend entry per stage name present (in cycle order) below the figure:
+    shaded patches, or lines (``lines=True``) for events drawn as lines."""
+    names = [n for n in STAGE_NAMES if n in set(names)]
+    if not names:
+        return
+    if lines:
+        handles = [plt.Line2D([], [], color=STAGE_COLOURS[n]) for n in names]
+    else:
+        handles = [
+            plt.Rectangle((0, 0), 1, 1, color=STAGE_COLOURS[n], alpha=0.3)
+            for n in names
+        ]
+    fig.legend(
+        handles,
+        [n.replace("_", " ") for n in names],
+        loc="lower center",
+        ncol=len(names),
+        fontsize=8,
+        bbox_to_anchor=(0.5, -0.02),
+    )
 
 
 def shade_stages(ax, stages, *, labels: bool = False) -> None:
