@@ -244,7 +244,8 @@ class Monitor:
             self._record(int(rows[i, 0]), float(rows[i, 1]), values, replay=True)
         lines = [logs.csv_line(header)]
         lines += [
-            logs.csv_line([str(int(r[0]))] + [repr(float(x)) for x in r[1:]]) for r in rows
+            logs.csv_line([str(int(r[0]))] + [repr(float(x)) for x in r[1:]])
+            for r in rows
         ]
         logs.rewrite(self.out / logs.METRICS, lines)
         logs.rewrite(self.out / logs.EVENTS, [json.dumps(e) for e in self.events])
