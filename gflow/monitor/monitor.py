@@ -112,6 +112,7 @@ class Monitor:
         self.out.mkdir(parents=True, exist_ok=True)
         self._tb = ScalarWriter(self.out / "tensorboard") if tensorboard else None
         self._obs: HeadObservables | None = None
+        self._probe = None  # the probe object last observed (identity, not value)
         self._shapes: dict[str, list[int]] | None = None
         self._rows: AppendLogs | None = None
         self._t: list[float] = []
@@ -156,13 +157,14 @@ class Monitor:
             return []
         if self._obs is None:
             self._start(step, model, tokens)
-        elif np.shape(tokens) != tuple(self._obs.tokens.shape):
-            raise ValueError(
-                f"tokens changed shape {tuple(self._obs.tokens.shape)} -> "
-                f"{np.shape(tokens)}; keep one probe batch"
-            )
-        else:
+        elif tokens is not self._probe:  # the same probe object: nothing to move
+            if np.shape(tokens) != tuple(self._obs.tokens.shape):
+                raise ValueError(
+                    f"tokens changed shape {tuple(self._obs.tokens.shape)} -> "
+                    f"{np.shape(tokens)}; keep one probe batch"
+                )
             self._obs = HeadObservables(tokens, self._obs.top, self._obs.tracked)
+        self._probe = tokens
         clock = float(step if t is None else t)
         if self._steps and step <= self._steps[-1]:
             raise ValueError(f"steps must increase: {step} after {self._steps[-1]}")
