@@ -66,8 +66,8 @@ def run(cfg: ExperimentConfig, *, key: int = 0):
         init_scale=cfg.init_scale,
         lr=cfg.lr,
         steps=cfg.steps,
-        adam_lr=cfg.adam_lr,
-        adam_steps=cfg.adam_steps,
+        opt_lr=cfg.adam_lr,
+        opt_steps=cfg.adam_steps,
         num_saves=cfg.num_saves,
         seed=key,
     )

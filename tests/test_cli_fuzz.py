@@ -32,8 +32,9 @@ from gflow.cli.main import build_parser, main
 from gflow.dynamics.optimizers import OPTIMIZERS
 from gflow.runs.flow_run import SOLVERS, FlowConfig
 from gflow.runs.sweep_run import SweepConfig
-from gflow.runs.text_run import METHODS, TOKENIZER_NAMES
+from gflow.runs.text_run import METHODS, OPTIMIZER_NAMES, TOKENIZER_NAMES
 from gflow.runs.train_run import SCHEDULES, TrainConfig
+from gflow.text.fullbatch import SCHEDULES as TEXT_SCHEDULES
 from gflow.text.subword import WHITESPACE_MODES
 
 FUZZ = settings(
@@ -97,9 +98,14 @@ VALID = {
     ),
     ("compare", "--t1"): lambda x: _positive(x) and x >= 0.5,
     ("compare", "--lr"): lambda x: _positive(x) and x <= 1,
-    ("text", "--adam-steps"): lambda n: n >= 0,
-    ("text", "--adam-batch"): lambda n: n >= 0,
+    ("text", "--opt-steps"): lambda n: n >= 0,  # alias --adam-steps
+    ("text", "--batch"): lambda n: n >= 0,  # alias --adam-batch
     ("text", "--num-queries"): lambda n: n >= 0,
+    ("text", "--warmup"): _unit,
+    ("text", "--final-lr"): lambda x: math.isfinite(x) and x >= 0,
+    ("text", "--weight-decay"): lambda x: math.isfinite(x) and x >= 0,
+    ("text", "--clip"): lambda x: math.isfinite(x) and x >= 0,
+    ("text", "--seeds"): lambda n: 1 <= n <= 2**32,  # seed 0 + seeds - 1 < 2**32
     ("train", "--warmup"): _unit,
     ("train", "--weight-decay"): lambda x: math.isfinite(x) and x >= 0,
     # the base run has 2 steps, width 2 and 1 head, and its context is 3 tokens
@@ -117,17 +123,20 @@ NAMES = {
     ("text", "--tokenizer"): set(TOKENIZER_NAMES),
     ("text", "--whitespace"): set(WHITESPACE_MODES),
     ("text", "--method"): set(METHODS),
+    ("text", "--optimizer"): set(OPTIMIZER_NAMES),
+    ("text", "--schedule"): set(TEXT_SCHEDULES),
     ("train", "--optimizer"): set(OPTIMIZERS),
     ("train", "--schedule"): set(SCHEDULES),
 }
 
 
-def _valid(command, flag, kind):
-    for key in ((command, flag), ("*", flag)):
+def _valid(command, flags, kind):
+    """The valid range of an option, found under any of its names (aliases)."""
+    for key in [(c, f) for f in flags for c in (command, "*")]:
         if key in VALID:
             return VALID[key]
     if DEFAULT_VALID.get(kind) is None:
-        pytest.fail(f"no valid range for {command} {flag}: add it to VALID")
+        pytest.fail(f"no valid range for {command} {flags[-1]}: add it to VALID")
     return DEFAULT_VALID[kind]
 
 
@@ -229,7 +238,7 @@ def _strategy(command, action, ws):
         ).filter(lambda v: v not in action.choices)
         values = bad.map(tail)
     elif kind in (int, float, common.floats):
-        valid = _valid(command, flag, kind)
+        valid = _valid(command, action.option_strings, kind)
         drawn = _list_strings() if kind is common.floats else _scalar_strings()
 
         def malformed(text):

@@ -9,17 +9,26 @@ from gflow.cli.errors import UsageError
 
 
 def register(sub) -> None:
-    from gflow.runs.text_run import METHODS, TOKENIZER_NAMES, TextConfig
+    from gflow.runs.text_run import (
+        METHODS,
+        OPTIMIZER_NAMES,
+        SCHEDULES,
+        TOKENIZER_NAMES,
+        TextConfig,
+    )
     from gflow.text.subword import WHITESPACE_MODES
 
     d = TextConfig(corpus="-")
     p = sub.add_parser(
         "text",
-        help="train on a text corpus (GD or flow, and Adam) and track attention rows",
+        help="train on a text corpus (GD or flow, and an optimizer) and track "
+        "attention rows",
         description="Tokenise a corpus, cut a fixed sample of windows, follow the "
-        "gradient flow with small-step GD (or Tsit5) and run Adam from the same init; "
-        "write config.json, vocab.json, metrics, the tracked queries' attention rows, "
-        "stages.json and figures.",
+        "gradient flow with small-step GD (or Tsit5) and run a practical optimizer "
+        "(Adam by default; SGD, AdamW, schedules, clipping) from the same init, for "
+        "one seed or several; write config.json, vocab.json, metrics, the tracked "
+        "queries' attention rows, stages.json (and, for several seeds, "
+        "stages_summary.json) and figures. Every run is on the clock t = Σ η_k.",
     )
     p.add_argument(
         "--corpus",
@@ -64,6 +73,13 @@ def register(sub) -> None:
     p.add_argument("--init-scale", type=float, default=d.init_scale)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
+        "--seeds",
+        type=int,
+        default=d.seeds,
+        help="run seeds --seed .. --seed + K - 1 (init and batches), compiled once; "
+        "runs named <run>_s<seed>, stage times as mean ± sd in stages_summary.json",
+    )
+    p.add_argument(
         "--method",
         default=d.method,
         help=f"one of {', '.join(METHODS)}: full-batch GD of step --lr (default; "
@@ -73,9 +89,69 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=d.steps, help="GD steps")
     p.add_argument("--rtol", type=float, default=d.rtol)
     p.add_argument("--atol", type=float, default=d.atol)
-    p.add_argument("--adam-lr", type=float, default=d.adam_lr)
-    p.add_argument("--adam-steps", type=int, default=d.adam_steps, help="0: no Adam")
-    p.add_argument("--adam-batch", type=int, default=d.adam_batch, help="0: full batch")
+    p.add_argument(
+        "--optimizer",
+        default=d.optimizer,
+        help=f"the second run: one of {', '.join(OPTIMIZER_NAMES)}; gd on the fixed "
+        "sample (--batch 0), sgd the same update on fresh minibatches (--batch > 0), "
+        "adam and adamw either way",
+    )
+    p.add_argument(
+        "--opt-lr",
+        "--adam-lr",
+        dest="opt_lr",
+        type=float,
+        default=d.opt_lr,
+        help="its step size (a schedule's peak)",
+    )
+    p.add_argument(
+        "--opt-steps",
+        "--adam-steps",
+        dest="opt_steps",
+        type=int,
+        default=d.opt_steps,
+        help="its steps; 0: no second run",
+    )
+    p.add_argument(
+        "--batch",
+        "--adam-batch",
+        dest="batch",
+        type=int,
+        default=d.batch,
+        help="0: the fixed sample (full batch); else this many fresh random windows "
+        "each step",
+    )
+    p.add_argument(
+        "--schedule",
+        default=d.schedule,
+        help=f"one of {', '.join(SCHEDULES)}: warmup-cosine rises linearly from 0 to "
+        "--opt-lr over the --warmup fraction of the steps, then falls as a cosine to "
+        "--final-lr",
+    )
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=d.warmup,
+        help="warmup fraction of the steps, in [0, 1) (warmup-cosine)",
+    )
+    p.add_argument(
+        "--final-lr",
+        type=float,
+        default=d.final_lr,
+        help="the step size the cosine falls to at the end of the run (warmup-cosine)",
+    )
+    p.add_argument(
+        "--weight-decay",
+        type=float,
+        default=d.weight_decay,
+        help="AdamW's decoupled weight decay (adamw only)",
+    )
+    p.add_argument(
+        "--clip",
+        type=float,
+        default=d.clip,
+        help="clip each gradient to this global norm (0: off)",
+    )
     p.add_argument(
         "--all-positions", action="store_true", help="causal loss at every position"
     )
@@ -116,9 +192,16 @@ def run(args) -> int:
             steps=args.steps,
             rtol=args.rtol,
             atol=args.atol,
-            adam_lr=args.adam_lr,
-            adam_steps=args.adam_steps,
-            adam_batch=args.adam_batch,
+            optimizer=args.optimizer,
+            opt_lr=args.opt_lr,
+            opt_steps=args.opt_steps,
+            batch=args.batch,
+            schedule=args.schedule,
+            warmup=args.warmup,
+            final_lr=args.final_lr,
+            weight_decay=args.weight_decay,
+            clip=args.clip,
+            seeds=args.seeds,
             all_positions=args.all_positions,
             positional=args.positional,
             track=tuple(t for t in args.track.split(",") if t),
@@ -133,7 +216,14 @@ def run(args) -> int:
 
     jax.config.update("jax_enable_x64", cfg.x64)  # entry point: x64 is chosen here
     from gflow.plotting.text import plot_attention_rows, plot_text_summary
-    from gflow.runs.text_run import prepare, run_text, write_text_run
+    from gflow.runs.files import read_json
+    from gflow.runs.text_run import (
+        prepare,
+        run_text,
+        stages_summary,
+        stages_table,
+        write_text_run,
+    )
 
     start = time.perf_counter()
     data = prepare(cfg)
@@ -151,7 +241,7 @@ def run(args) -> int:
     wall["save"] = time.perf_counter() - start - sum(wall.values())
     for name in runs:
         plot_attention_rows(out, name)
-    plot_text_summary(out, list(runs))
+    plot_text_summary(out, list(cfg.run_names(cfg.seed)))  # the first seed's runs
     wall["figures"] = time.perf_counter() - start - sum(wall.values())
     for name, traj in runs.items():
         st = traj.stats
@@ -161,6 +251,8 @@ def run(args) -> int:
             f"{st['wall_s']:.1f} s (loop {st['loop_s']:.1f} s, "
             f"observables {st['observe_s']:.1f} s)"
         )
+    if cfg.seeds > 1:
+        print(stages_table(stages_summary(cfg, read_json(out / "stages.json"))))
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in wall.items())
     print(f"wrote {out} in {sum(wall.values()):.1f} s ({parts})")
     return 0 if all(t.status == "success" for t in runs.values()) else 1

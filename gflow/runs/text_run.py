@@ -1,5 +1,20 @@
 """A configured text run (``gflow text``): data, model, the flow or small-step GD, and
-Adam from the same init, saved as a run directory."""
+a practical optimizer (Adam by default) from the same init, for one seed or several,
+saved as a run directory.
+
+The second arm ("the optimizer arm") is ``optimizer`` = gd, sgd, adam or adamw with a
+constant or warmup-cosine step size, optional global-norm clipping and AdamW's weight
+decay. gd runs on the fixed sample (full batch, ``batch`` = 0); sgd is the same update
+on ``batch`` fresh random windows each step (``batch`` > 0); adam and adamw run either
+way. Every run is on the shared clock t = Σ η_k, so a scheduled run lines up with the
+flow.
+
+``seeds`` = K runs seeds seed, seed+1, ..., seed+K-1 (each its own init and batches)
+in one process: a loop that reuses every compiled program (the full-batch loop, the
+minibatch loop, the observables), since a vmapped loop over seeds did not pay on CPU
+(benchmarks/text_seeds.py). With K > 1 the runs are named ``<run>_s<seed>`` and
+stages_summary.json holds each stage's time as mean ± sd over the seeds.
+"""
 
 from __future__ import annotations
 
@@ -15,15 +30,16 @@ import jax
 import numpy as np
 import optax
 
+from gflow.analysis.head_observables import HeadObservables
 from gflow.dynamics.flow import solve_flow
-from gflow.dynamics.optimizers import SGD, Adam
+from gflow.dynamics.optimizers import SGD, Adam, AdamW
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.model import AttentionModel
 from gflow.runs.environment import check_seed
 from gflow.runs.files import atomic_write_bytes, write_json
 from gflow.runs.trajectory_files import save_trajectory
 from gflow.text.corpus import load_corpus
-from gflow.text.fullbatch import run_full_batch
+from gflow.text.fullbatch import SCHEDULES, run_full_batch, warmup_cosine
 from gflow.text.observables import TextObservables, default_queries, observe_snapshots
 from gflow.text.positional import PositionalAttentionModel, TextLoss
 from gflow.text.subword import KINDS, WHITESPACE, WHITESPACE_MODES, SubwordTokenizer
@@ -33,6 +49,9 @@ from gflow.text.windows import WindowStream, fixed_sample
 
 #: How the deterministic run follows the flow.
 METHODS = ("gd", "flow")
+#: The optimizer arm's update rules: gd and sgd are both x <- x - η_k g (gd on the
+#: fixed sample, sgd on fresh minibatches), adam and adamw as in optax.
+OPTIMIZER_NAMES = ("gd", "sgd", "adam", "adamw")
 #: Every tokeniser name: the fixed ones and the subword kinds trained on the corpus.
 TOKENIZER_NAMES = (*TOKENIZERS, *KINDS)
 #: Query tokens tracked by default where the vocabulary has them: the whitespace
@@ -47,8 +66,18 @@ class TextConfig:
 
     ``method="gd"`` follows the flow with full-batch gradient descent of step ``lr``
     (its clock t_k = k·lr is the flow time); ``"flow"`` integrates it with Tsit5.
-    Adam runs ``adam_steps`` steps of ``adam_lr`` from the same init, full batch
-    (``adam_batch=0``) or on minibatches of random windows.
+
+    The optimizer arm runs ``opt_steps`` steps (0: none) of ``optimizer`` from the
+    same init: full batch on the fixed sample (``batch=0``; gd, adam, adamw) or on
+    ``batch`` fresh random windows each step (sgd, adam, adamw). Its step size is
+    ``opt_lr``, constant or (``schedule="warmup-cosine"``) rising linearly from 0 over
+    the first ⌊``warmup``·``opt_steps``⌋ steps to ``opt_lr`` and falling as a cosine
+    to ``final_lr`` at the last step. ``clip`` > 0 clips each gradient to that global
+    norm first; ``weight_decay`` is AdamW's decoupled decay (adamw only). The
+    defaults are Adam at a constant 2e-3 on the full batch.
+
+    ``seeds`` = K runs seeds ``seed`` .. ``seed`` + K − 1, each its own init (and
+    minibatches).
     """
 
     corpus: str = ""
@@ -68,9 +97,16 @@ class TextConfig:
     steps: int = 4000
     rtol: float = 1e-5
     atol: float = 1e-7
-    adam_lr: float = 2e-3
-    adam_steps: int = 1000
-    adam_batch: int = 0
+    optimizer: str = "adam"
+    opt_lr: float = 2e-3
+    opt_steps: int = 1000
+    batch: int = 0
+    schedule: str = "constant"
+    warmup: float = 0.1
+    final_lr: float = 0.0
+    weight_decay: float = 0.01
+    clip: float = 0.0
+    seeds: int = 1
     all_positions: bool = False
     positional: bool = False
     track: tuple[str, ...] = ()
@@ -102,22 +138,72 @@ class TextConfig:
         for name in ("vocab_size", "context", "windows", "d_model", "steps"):
             if getattr(self, name) < 1:
                 bad(name, f"must be a positive integer, got {getattr(self, name)}")
-        for name in ("adam_steps", "adam_batch", "num_queries"):
+        for name in ("opt_steps", "batch", "num_queries"):
             if getattr(self, name) < 0:
                 bad(name, f"must be >= 0, got {getattr(self, name)}")
-        for name in ("init_scale", "lr", "adam_lr", "rtol", "atol"):
+        for name in ("init_scale", "lr", "opt_lr", "rtol", "atol"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 bad(name, f"must be > 0 and finite, got {value}")
+        for name in ("final_lr", "weight_decay", "clip"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                bad(name, f"must be >= 0 and finite, got {value}")
+        if self.optimizer not in OPTIMIZER_NAMES:
+            bad("optimizer", f"unknown {self.optimizer!r}; choose one of "
+                f"{', '.join(OPTIMIZER_NAMES)}")  # fmt: skip
+        if self.schedule not in SCHEDULES:
+            bad("schedule", f"unknown {self.schedule!r}; choose one of "
+                f"{', '.join(SCHEDULES)}")  # fmt: skip
+        if not 0 <= self.warmup < 1:
+            bad("warmup", f"must lie in [0, 1), got {self.warmup}")
+        if self.optimizer == "gd" and self.batch:
+            bad("optimizer", "gd runs on the fixed sample (batch 0); sgd is the same "
+                "update on fresh minibatches")  # fmt: skip
+        if self.optimizer == "sgd" and not self.batch:
+            bad("optimizer", "sgd runs on fresh minibatches: give a batch > 0 (gd is "
+                "the same update on the fixed sample)")  # fmt: skip
+        if self.seeds < 1:
+            bad("seeds", f"must be a positive integer, got {self.seeds}")
         if self.topk < 1:
             bad("topk", f"must be a positive integer, got {self.topk}")
         if self.max_chars is not None and self.max_chars < 1:
             bad("max_chars", f"must be a positive integer, got {self.max_chars}")
         check_seed(self.seed)
+        if self.seed + self.seeds > 2**32:
+            bad("seeds", f"seed + seeds - 1 = {self.seed + self.seeds - 1} must be "
+                "below 2**32")  # fmt: skip
         if self.num_saves < 2:
             bad("num_saves", f"must be >= 2, got {self.num_saves}")
         if self.method == "flow" and not self.x64:
             bad("x64", "the flow needs float64 (tolerances near float32 epsilon)")
+
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        """The seeds run: ``seed`` .. ``seed`` + ``seeds`` − 1."""
+        return tuple(range(self.seed, self.seed + self.seeds))
+
+    @property
+    def warmup_steps(self) -> int:
+        """The optimizer arm's warmup: ⌊``warmup``·``opt_steps``⌋ steps."""
+        return math.floor(self.warmup * self.opt_steps)
+
+    @property
+    def arm_name(self) -> str:
+        """The optimizer arm's run name: the optimizer's ("adam" by default), or
+        "gd_opt" beside the reference run "gd"."""
+        return "gd_opt" if self.optimizer == self.method else self.optimizer
+
+    @property
+    def base_names(self) -> tuple[str, ...]:
+        """The reference run's name and, if it runs, the optimizer arm's."""
+        return (self.method, self.arm_name)[: 2 if self.opt_steps else 1]
+
+    def run_names(self, seed: int) -> tuple[str, ...]:
+        """The names of one seed's runs in the run directory: ``base_names``,
+        suffixed ``_s<seed>`` when several seeds run."""
+        names = self.base_names
+        return names if self.seeds == 1 else tuple(f"{n}_s{seed}" for n in names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,28 +263,71 @@ def _subword(cfg: TextConfig, text: str) -> SubwordTokenizer:
     return tok
 
 
-def init_model(cfg: TextConfig, d: int):
-    """The run's initial model. The draw runs as one jitted program: eagerly each
-    of its random normals would be compiled on its own (seconds each when busy)."""
-    dtype = np.float64 if cfg.x64 else np.float32
-    kwargs = dict(d_vocab=d, d_model=cfg.d_model, init_scale=cfg.init_scale)
-    if cfg.positional:
+def init_model(cfg: TextConfig, d: int, seed: int | None = None):
+    """The initial model of ``seed`` (default ``cfg.seed``). The draw runs as one
+    jitted program (eagerly each of its random normals would be compiled on its own,
+    seconds each when busy), compiled once per model shape: the key is traced."""
+    init = _initializer(
+        cfg.positional, cfg.context, d, cfg.d_model, cfg.init_scale, cfg.x64
+    )
+    return init(jax.random.key(cfg.seed if seed is None else seed))
+
+
+@functools.lru_cache(maxsize=8)
+def _initializer(positional, context, d, d_model, init_scale, x64):
+    dtype = np.float64 if x64 else np.float32
+    kwargs = dict(d_vocab=d, d_model=d_model, init_scale=init_scale)
+    if positional:
         init = functools.partial(
-            PositionalAttentionModel.init, context_length=cfg.context, **kwargs
+            PositionalAttentionModel.init, context_length=context, **kwargs
         )
     else:
         init = functools.partial(AttentionModel.init, **kwargs)
-    return eqx.filter_jit(lambda key: init(key=key, dtype=dtype))(
-        jax.random.key(cfg.seed)
+    return eqx.filter_jit(lambda key: init(key=key, dtype=dtype))
+
+
+def step_size(cfg: TextConfig, dtype=np.float32):
+    """The optimizer arm's step size: ``opt_lr``, or its warmup-cosine schedule
+    k -> η_k over ``opt_steps`` (``warmup_cosine``; a function of traced k)."""
+    if cfg.schedule == "constant":
+        return cfg.opt_lr
+    return functools.partial(
+        warmup_cosine,
+        peak=np.asarray(cfg.opt_lr, dtype),
+        warmup=cfg.warmup_steps,
+        total=cfg.opt_steps,
+        final=np.asarray(cfg.final_lr, dtype),
     )
 
 
-def _observed(traj: Trajectory, obs, loop_s: float) -> Trajectory:
-    """``traj`` with the text observables computed from its parameter snapshots
-    (NaN after a divergence, like its other metrics); the snapshots are dropped.
-    Records the loop's and the observables' wall time (compilation included)."""
+def arm_transform(cfg: TextConfig, dtype=np.float32):
+    """The optax transformation of a minibatch optimizer arm at ``step_size``:
+    ``optax.sgd`` (gd, sgd), ``optax.adam`` or ``optax.adamw`` (β₁ = 0.9, decay
+    ``weight_decay``), after ``optax.clip_by_global_norm`` when ``clip`` > 0. Plain
+    optax, as a hand-written loop would call it (``optimizer_named``'s injected
+    hyperparameters round differently in float32)."""
+    lr = step_size(cfg, dtype)
+    tx = {
+        "gd": lambda: optax.sgd(lr),
+        "sgd": lambda: optax.sgd(lr),
+        "adam": lambda: optax.adam(lr),
+        "adamw": lambda: optax.adamw(lr, weight_decay=cfg.weight_decay),
+    }[cfg.optimizer]()
+    if cfg.clip > 0:
+        tx = optax.chain(optax.clip_by_global_norm(cfg.clip), tx)
+    return tx
+
+
+def _observed(traj: Trajectory, obs, heads, loop_s: float) -> Trajectory:
+    """``traj`` with the text observables and the head observables (``head_*``, for
+    the stage rules) computed from its parameter snapshots (NaN after a divergence,
+    like its other metrics); the snapshots are dropped. Records the loop's and the
+    observables' wall time (compilation included)."""
     start = time.perf_counter()
     extra = observe_snapshots(obs, traj.params)
+    for k, v in observe_snapshots(heads, traj.params).items():
+        if k.startswith("head_") or k == "sv_W_A":
+            extra[HEAD_METRICS.get(k, k)] = v
     bad = ~np.isfinite(traj.metrics["loss"])
     for k, v in extra.items():
         v = v.astype(np.result_type(v.dtype, np.float32))
@@ -213,22 +342,44 @@ def _observed(traj: Trajectory, obs, loop_s: float) -> Trajectory:
     )
 
 
+#: Head observables kept under another name in a text run's metrics (the text
+#: observables have their own ``sv_W_A``, the top 4 singular values).
+HEAD_METRICS = {"sv_W_A": "head_sv_W_A"}
+
+
 def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
-    """The deterministic run (``cfg.method``) and Adam, from the same init.
+    """Every seed's deterministic run (``cfg.method``) and optimizer arm, each pair
+    from one init; names as ``cfg.run_names``.
 
     The loops save parameter snapshots only; the text observables are computed from
     them afterwards (``observe_snapshots``), so the compiled loops hold nothing but
-    the loss gradient. Full-batch GD and Adam share one compiled loop
-    (``run_full_batch``: method, step size and steps are traced).
+    the loss gradient. Full-batch GD and every full-batch arm share one compiled loop
+    (``run_full_batch``: method, step sizes, decay, clipping and steps are traced),
+    and the seeds run in a loop that reuses every compiled program.
     """
-    model = init_model(cfg, len(data.vocab))
     d = len(data.vocab)
     loss = TextLoss(data.sample, d_vocab=d, all_positions=cfg.all_positions)
     obs = TextObservables(data.sample, list(data.queries), list(data.top), d_vocab=d)
+    heads = HeadObservables(data.sample, data.top[0], list(data.queries))
+    dtype = np.float64 if cfg.x64 else np.float32
+    shared = {}  # built once for all seeds, so that no program is compiled twice
+    if cfg.opt_steps and cfg.batch:
+        shared["stream"] = WindowStream(data.ids, length=cfg.context, batch=cfg.batch)
+        shared["tx"] = arm_transform(cfg, dtype)
     runs = {}
+    for seed in cfg.seed_list:
+        one = _run_seed(cfg, seed, loss, obs, heads, d, shared)
+        runs.update(zip(cfg.run_names(seed), one))
+    return runs
+
+
+def _run_seed(cfg: TextConfig, seed: int, loss, obs, heads, d, shared):
+    """The reference run and the optimizer arm of one seed."""
+    model = init_model(cfg, d, seed)
+    runs = []
     start = time.perf_counter()
     if cfg.method == "gd":
-        runs["gd"] = run_full_batch(
+        ref = run_full_batch(
             loss,
             model,
             optimizer=SGD(),
@@ -238,7 +389,7 @@ def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
         )
     else:
         t1 = cfg.steps * cfg.lr
-        runs["flow"] = solve_flow(
+        ref = solve_flow(
             loss,
             model,
             t1=t1,
@@ -248,51 +399,168 @@ def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
             save_params=True,
             progress=False,
         )
-    runs[cfg.method] = _observed(runs[cfg.method], obs, time.perf_counter() - start)
-    if cfg.adam_steps:
+    runs.append(_observed(ref, obs, heads, time.perf_counter() - start))
+    if cfg.opt_steps:
         start = time.perf_counter()
-        if cfg.adam_batch:
-            stream = WindowStream(data.ids, length=cfg.context, batch=cfg.adam_batch)
+        if cfg.batch:
             traj = run_minibatch(
                 loss,
                 model,
-                optax.adam(cfg.adam_lr),
-                stream,
-                steps=cfg.adam_steps,
-                learning_rate=cfg.adam_lr,
-                key=jax.random.key(cfg.seed + 1),
-                save_every=max(1, cfg.adam_steps // cfg.num_saves),
+                shared["tx"],
+                shared["stream"],
+                steps=cfg.opt_steps,
+                learning_rate=step_size(cfg, np.float64),
+                key=jax.random.key(seed + 1),
+                save_every=max(1, cfg.opt_steps // cfg.num_saves),
                 save_params=True,
             )
         else:
+            optimizer = {
+                "gd": SGD(),
+                "adam": Adam(),
+                "adamw": AdamW(weight_decay=cfg.weight_decay),
+            }[cfg.optimizer]
             traj = run_full_batch(
                 loss,
                 model,
-                optimizer=Adam(),
-                learning_rate=cfg.adam_lr,
-                steps=cfg.adam_steps,
+                optimizer=optimizer,
+                learning_rate=cfg.opt_lr,
+                steps=cfg.opt_steps,
                 num_saves=cfg.num_saves,
+                schedule=cfg.schedule,
+                warmup=cfg.warmup_steps,
+                final_lr=cfg.final_lr,
+                clip=cfg.clip,
             )
-        runs["adam"] = _observed(traj, obs, time.perf_counter() - start)
-    return runs
+        arm = {
+            "optimizer": cfg.optimizer,
+            "batch": cfg.batch,
+            "schedule": cfg.schedule,
+            "peak_lr": cfg.opt_lr,
+            "warmup_steps": cfg.warmup_steps,
+            "final_lr": cfg.final_lr,
+            "weight_decay": cfg.weight_decay if cfg.optimizer == "adamw" else 0.0,
+            "clip": cfg.clip,
+        }
+        traj = dataclasses.replace(traj, info={**traj.info, **arm})
+        runs.append(_observed(traj, obs, heads, time.perf_counter() - start))
+    return [dataclasses.replace(r, info={**r.info, "seed": seed}) for r in runs]
 
 
 def _stages(traj: Trajectory):
-    """gflow.detect_stages on a run, where its Markov observables apply."""
+    """The stages of a run: ``gflow.detect_stages`` where its Markov observables
+    apply, else ``detect_head_stages`` on the run's one attention head (the
+    ``head_*`` metrics: ``HeadObservables`` on the fixed sample, with the tracked
+    queries and the most frequent type as top)."""
+    from gflow.analysis.head_stages import detect_head_stages
     from gflow.analysis.stages import detect_stages
 
     try:
+        if "attention" in traj.metrics:
+            return {
+                "available": True,
+                "stages": [s.to_dict() for s in detect_stages(traj)],
+            }
+        metrics = {**traj.metrics, "sv_W_A": traj.metrics.get("head_sv_W_A")}
+        view = dataclasses.replace(traj, metrics=metrics)
         return {
             "available": True,
-            "stages": [s.to_dict() for s in detect_stages(traj)],
+            "rule": "detect_head_stages",
+            "stages": [s.to_dict() for s in detect_head_stages(view)],
         }
     except Exception as e:  # its inputs may not fit a text run: record why
         return {"available": False, "why": f"{type(e).__name__}: {e}"}
 
 
+def _stage_key(stage: dict) -> tuple:
+    return (
+        stage["stage"],
+        int(stage.get("cycle", 1)),
+        int(stage.get("layer", -1)),
+        int(stage.get("head", -1)),
+    )
+
+
+def _mean_sd(values: list[float]) -> dict:
+    """mean and sample sd (ddof 1; null for one value) of the found values."""
+    x = np.asarray(values, float)
+    return {
+        "mean": float(x.mean()) if x.size else None,
+        "sd": float(x.std(ddof=1)) if x.size > 1 else None,
+    }
+
+
+def stages_summary(cfg: TextConfig, stages: dict) -> dict:
+    """Each run's stage times over the seeds: for every stage (name, cycle, layer,
+    head) found in some seed, how many seeds found it, its t_start and t_end per
+    seed (null where not found) and their mean ± sd over the seeds that found it.
+
+    ``stages``: stages.json's content (run name -> ``_stages`` of that run).
+    """
+    out = {}
+    for i, base in enumerate(cfg.base_names):
+        per_seed = {s: stages.get(cfg.run_names(s)[i], {}) for s in cfg.seed_list}
+        found: dict[tuple, dict[int, dict]] = {}
+        for seed, entry in per_seed.items():
+            for st in entry.get("stages", []) if entry.get("available") else []:
+                found.setdefault(_stage_key(st), {})[seed] = st
+        rows = []
+        for key in sorted(found, key=lambda k: _first_start(found[k])):
+            by_seed = found[key]
+            row = dict(zip(("stage", "cycle", "layer", "head"), key))
+            row["found"] = len(by_seed)
+            for end in ("t_start", "t_end"):
+                times = [by_seed[s][end] if s in by_seed else None
+                         for s in cfg.seed_list]  # fmt: skip
+                row[end] = {
+                    **_mean_sd([t for t in times if t is not None]),
+                    "per_seed": times,
+                }
+            rows.append(row)
+        unavailable = {
+            str(seed): entry.get("why", "no stages")
+            for seed, entry in per_seed.items()
+            if not entry.get("available")
+        }
+        out[base] = {"stages": rows, "unavailable": unavailable}
+    return {"seeds": list(cfg.seed_list), "runs": out}
+
+
+def _first_start(by_seed: dict) -> float:
+    return min(st["t_start"] for st in by_seed.values())
+
+
+def stages_table(summary: dict) -> str:
+    """``stages_summary``'s content as a text table: one line per run and stage."""
+    n = len(summary["seeds"])
+    lines = [f"stage times over {n} seeds (mean ± sd; found: seeds with the stage)"]
+    lines.append(
+        f"{'run':<10} {'stage':<18} {'cycle':>5} {'found':>6} "
+        f"{'t_start':>22} {'t_end':>22}"
+    )
+
+    def fmt(x):
+        sd = "–" if x["sd"] is None else f"{x['sd']:.4g}"
+        return f"{x['mean']:.4g} ± {sd}"
+
+    for run, entry in summary["runs"].items():
+        for row in entry["stages"]:
+            lines.append(
+                f"{run:<10} {row['stage']:<18} {row['cycle']:>5} "
+                f"{row['found']:>3}/{n:<2} {fmt(row['t_start']):>22} "
+                f"{fmt(row['t_end']):>22}"
+            )
+        if not entry["stages"]:
+            lines.append(f"{run:<10} no stage found")
+        for seed, why in entry["unavailable"].items():
+            lines.append(f"{run:<10} seed {seed}: no stages ({why})")
+    return "\n".join(lines)
+
+
 def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
     """config.json, vocab.json, one trajectory per run (attention rows apart, in
-    ``<run>_rows.npz``), stages.json; figures are drawn from these files."""
+    ``<run>_rows.npz``), stages.json and, for several seeds, stages_summary.json;
+    figures are drawn from these files."""
     out = Path(out)
     vocab = data.vocab
     write_json(
@@ -304,6 +572,7 @@ def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
             "unk_frequency": float(vocab.frequencies[vocab.unk_id]),
             "queries": {vocab.tokens[q]: q for q in data.queries},
             "top": [vocab.tokens[i] for i in data.top],
+            "runs": list(runs),
         },
     )
     write_json(out / "vocab.json", vocab.frequency_table())
@@ -326,4 +595,6 @@ def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
         atomic_write_bytes(out / f"{name}_rows.npz", buf.getvalue())
         stages[name] = _stages(saved)
     write_json(out / "stages.json", stages)
+    if cfg.seeds > 1:
+        write_json(out / "stages_summary.json", stages_summary(cfg, stages))
     return out

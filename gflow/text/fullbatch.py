@@ -1,16 +1,23 @@
-"""Full-batch GD and Adam of a text run in one compiled loop.
+"""Full-batch GD, Adam and AdamW of a text run in one compiled loop.
 
 ``gflow.run_optimizer`` compiles one program per optimizer and per (steps,
-save_every); a text run needs GD and Adam from the same init, and each compilation
-of a loop costs 10-30 s on a busy 2-core machine. Here the method (GD or Adam), the
-step size, the number of steps and the save interval are all traced values, so GD,
-Adam and any other run of the same model shape and number of saves share one
-compiled loop. The loop holds the loss gradient only: it saves the loss, the
-gradient norm and parameter snapshots; text observables are computed from the
-snapshots afterwards (``gflow.text.observables.observe_snapshots``).
+save_every); a text run needs GD and Adam from the same init (and, with ``--seeds``,
+from several inits), and each compilation of a loop costs seconds to tens of seconds
+on a busy 2-core machine. Here the method (GD, Adam or AdamW), the step size and its
+schedule, the weight decay, the clipping threshold, the number of steps and the save
+interval are all traced values, so every full-batch run of the same model shape,
+number of saves and β₁ shares one compiled loop. The loop holds the loss gradient
+only: it saves the loss, the gradient norm and parameter snapshots; text observables
+are computed from the snapshots afterwards
+(``gflow.text.observables.observe_snapshots``).
 
-Adam is ``optax.adam(lr)`` (``scale_by_adam`` then ``-lr``); GD is ``optax.sgd(lr)``.
-Both advance the flow clock by ``lr`` per step (MODEL.md §5).
+Step k is optax's ``chain(clip_by_global_norm(c), adamw(η, b1, weight_decay=λ))``
+written out with traced switches: the gradient g is clipped to global norm c (c = 0:
+off), the direction is Adam's (``scale_by_adam``) or g itself (GD), λ·params is
+added (decoupled weight decay, AdamW only), and the update is −η_k times that.
+Adam is then ``optax.adam``, GD ``optax.sgd``. The step size η_k is constant or
+``warmup_cosine`` (peak η); the clock is t = Σ η_k (MODEL.md §5): k·η for a constant
+step, the float64 cumulative sum of the schedule otherwise.
 """
 
 from __future__ import annotations
@@ -24,38 +31,81 @@ from jaxtyping import Scalar
 
 from gflow.array_types import LossFn, Model
 from gflow.dynamics.optimizer_step import guarded_step
-from gflow.dynamics.optimizers import SGD, Adam
+from gflow.dynamics.optimizers import SGD, Adam, AdamW
 from gflow.dynamics.trajectory import Trajectory
 from gflow.dynamics.tree import tree_where
 
+#: Step-size schedules: a constant η, or a linear warmup from 0 to the peak η over
+#: the first ``warmup`` steps and a cosine decay from the peak to ``final`` at the
+#: last step (``warmup_cosine``).
+SCHEDULES = ("constant", "warmup-cosine")
+
+
+def warmup_cosine(k, peak, warmup, total, final=0.0, xp=jnp):
+    """η_k of the warmup-cosine schedule, in closed form (``xp``: jnp or numpy).
+
+    η_k = peak·k/w for k < w, then final + (peak − final)·(1 + cos(π·min(k − w,
+    T − w)/(T − w)))/2, with w = ``warmup`` steps and T = ``total`` steps: the values
+    of ``optax.warmup_cosine_decay_schedule(0, peak, w, T, final)`` (which
+    ``tests/test_text_optimizers.py`` checks), written with plain operations so that
+    every argument may be traced. w = 0: no warmup (η_0 = peak).
+    """
+    k = xp.asarray(k)
+    dtype = xp.result_type(peak, xp.float32)
+    k = k.astype(dtype)
+    warm = peak * k / xp.maximum(warmup, 1)
+    span = xp.maximum(total - warmup, 1)
+    frac = xp.clip((k - warmup) / span, 0, 1)
+    cos = final + (peak - final) * 0.5 * (1 + xp.cos(np.pi * frac))
+    return xp.where(k < warmup, warm, cos)
+
 
 def gd_or_adam(
-    lr: Scalar, adaptive: Scalar, b1: float = 0.9
+    lr: Scalar,
+    adaptive: Scalar,
+    b1: float = 0.9,
+    weight_decay: Scalar = 0.0,
+    clip: Scalar = 0.0,
 ) -> optax.GradientTransformation:
-    """``optax.adam(lr, b1)`` when the traced flag ``adaptive`` > 0, else
-    ``optax.sgd(lr)``.
+    """``optax.chain(clip_by_global_norm(clip), adamw(lr, b1, weight_decay))`` when
+    the traced flag ``adaptive`` > 0, else the same chain around ``optax.sgd(lr)``;
+    ``clip`` = 0 drops the clipping, ``weight_decay`` = 0 the decay.
 
-    Both branches run and one is selected, so GD and Adam share one compiled loop.
+    Every branch runs and one is selected, so GD, Adam and AdamW share one compiled
+    loop (all arguments but ``b1`` may be traced).
     """
     adam = optax.scale_by_adam(b1=b1)
+    clipping = optax.clip_by_global_norm(clip)
 
     def update(grads, state, params=None):
+        clipped, _ = clipping.update(grads, optax.EmptyState())
+        grads = tree_where(clip > 0, clipped, grads)
         direction, state = adam.update(grads, state, params)
         direction = tree_where(adaptive > 0, direction, grads)
+        decayed = jax.tree.map(lambda d, p: d + weight_decay * p, direction, params)
+        direction = tree_where(weight_decay > 0, decayed, direction)
         return jax.tree.map(lambda d: -lr * d, direction), state
 
     return optax.GradientTransformation(adam.init, update)
 
 
 @eqx.filter_jit
-def _loop(params, static, loss_fn, lr, adaptive, steps, save_every, *, num_saves, b1):
+def _loop(params, static, loss_fn, hyper, steps, save_every, *, num_saves, b1):
     """Run ``steps`` steps (traced) and save at 0, e, 2e, ..., (n-1)e and ``steps``.
 
-    Returns (loss [n+1], grad_norm [n+1], snapshots [n+1, ...], final params,
-    diverged step or -1). Iteration k = steps only evaluates (no update), so the
-    final save reuses the loop's one gradient.
+    ``hyper``: the traced (peak η, adaptive flag, weight decay, clip, cosine flag,
+    warmup steps, final η) of ``run_full_batch``. Returns (loss [n+1], grad_norm
+    [n+1], snapshots [n+1, ...], final params, diverged step or -1). Iteration
+    k = steps only evaluates (no update), so the final save reuses the loop's one
+    gradient.
     """
-    optimizer = gd_or_adam(lr, adaptive, b1)
+    lr, adaptive, weight_decay, clip, cosine, warmup, final = hyper
+
+    def optimizer_at(k):
+        eta = warmup_cosine(k, lr, warmup, steps, final)
+        eta = jnp.where(cosine > 0, eta, lr)  # exactly lr for a constant step
+        return gd_or_adam(eta, adaptive, b1, weight_decay, clip)
+
     dtype = jax.tree.leaves(params)[0].dtype
     n = num_saves
 
@@ -67,7 +117,7 @@ def _loop(params, static, loss_fn, lr, adaptive, steps, save_every, *, num_saves
         frozen = bad_at >= 0
         snap = p
         p, s, bad_at, loss, g = guarded_step(
-            grad_of, optimizer, p, s, bad_at, k, active=k < steps
+            grad_of, optimizer_at(k), p, s, bad_at, k, active=k < steps
         )
         sq = sum(jnp.sum(x**2) for x in jax.tree.leaves(g))
         # Where k is saved: k = j·e for j < n, and the last iteration (k = steps).
@@ -86,7 +136,7 @@ def _loop(params, static, loss_fn, lr, adaptive, steps, save_every, *, num_saves
     snaps = jax.tree.map(lambda x: jnp.zeros((n + 1, *x.shape), x.dtype), params)
     carry = (
         params,
-        optimizer.init(params),
+        optimizer_at(0).init(params),
         jnp.full(n + 1, jnp.nan, dtype),
         jnp.full(n + 1, jnp.nan, dtype),
         snaps,
@@ -100,32 +150,43 @@ def run_full_batch(
     loss_fn: LossFn,
     model: Model,
     *,
-    optimizer: SGD | Adam,
+    optimizer: SGD | Adam | AdamW,
     learning_rate: float,
     steps: int,
     num_saves: int,
+    schedule: str = "constant",
+    warmup: int = 0,
+    final_lr: float = 0.0,
+    clip: float = 0.0,
 ) -> Trajectory:
-    """Full-batch GD or Adam with parameter snapshots, on the flow clock t_k = k·η.
+    """Full-batch GD, Adam or AdamW with parameter snapshots, on the flow clock
+    t = Σ η_k.
 
     Args:
         loss_fn: ``loss_fn(model) -> scalar`` (e.g. ``TextLoss``).
         model: initial model.
-        optimizer: ``SGD()`` (``optax.sgd``) or ``Adam(beta=β₁)`` (``optax.adam``),
-            from ``gflow.dynamics.optimizers``.
-        learning_rate: the constant step size η (traced).
+        optimizer: ``SGD()`` (``optax.sgd``), ``Adam(beta=β₁)`` (``optax.adam``) or
+            ``AdamW(beta=β₁, weight_decay=λ)`` (``optax.adamw``), from
+            ``gflow.dynamics.optimizers``.
+        learning_rate: the step size η (traced): constant, or the schedule's peak.
         steps: number of steps (traced).
         num_saves: saves at steps 0, e, ..., (num_saves-1)·e with
             e = max(1, steps // num_saves), and at ``steps`` (static: the shape of
             the outputs).
+        schedule: ``"constant"`` or ``"warmup-cosine"`` (``warmup_cosine`` over the
+            ``steps``, from 0 up to η over ``warmup`` steps, then down to
+            ``final_lr``).
+        warmup, final_lr: the schedule's warmup steps and final step size.
+        clip: clip the gradient to this global norm before the optimizer (0: off).
 
     Returns:
         A Trajectory with ``loss``, ``grad_norm`` and ``params`` (time-stacked) at
         the saves; status ``"diverged"`` with ``stats["diverged_step"]`` if the loss
         or gradient became non-finite or |params| > 1e8 (later saves are NaN).
     """
-    if not isinstance(optimizer, (SGD, Adam)):
+    if not isinstance(optimizer, (SGD, Adam, AdamW)):
         raise ValueError(
-            f"optimizer must be gflow's SGD() or Adam(), got {optimizer!r}"
+            f"optimizer must be gflow's SGD(), Adam() or AdamW(), got {optimizer!r}"
         )
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
@@ -133,28 +194,51 @@ def run_full_batch(
         raise ValueError(f"num_saves must be a positive integer, got {num_saves!r}")
     if not learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if not (isinstance(warmup, (int, np.integer)) and 0 <= warmup < steps):
+        raise ValueError(f"warmup must be an integer in [0, steps), got {warmup!r}")
+    if not final_lr >= 0 or not clip >= 0:
+        raise ValueError(f"final_lr and clip must be >= 0, got {final_lr}, {clip}")
     n = min(int(num_saves), int(steps))
     every = max(1, steps // n)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     dtype = jax.tree.leaves(params)[0].dtype
+    weight_decay = optimizer.weight_decay if isinstance(optimizer, AdamW) else 0.0
+    hyper = (
+        jnp.asarray(learning_rate, dtype),
+        jnp.asarray(float(isinstance(optimizer, (Adam, AdamW))), dtype),
+        jnp.asarray(weight_decay, dtype),
+        jnp.asarray(clip, dtype),
+        jnp.asarray(float(schedule == "warmup-cosine"), dtype),
+        jnp.asarray(warmup, jnp.int32),
+        jnp.asarray(final_lr, dtype),
+    )
     losses, norms, snaps, final, bad_at = _loop(
         params,
         static,
         loss_fn,
-        jnp.asarray(learning_rate, dtype),
-        jnp.asarray(float(isinstance(optimizer, Adam)), dtype),
+        hyper,
         jnp.asarray(steps, jnp.int32),
         jnp.asarray(every, jnp.int32),
         num_saves=n,
-        b1=optimizer.beta if isinstance(optimizer, Adam) else 0.9,
+        b1=optimizer.beta if isinstance(optimizer, (Adam, AdamW)) else 0.9,
     )
     k = np.append(np.arange(n) * every, steps)
     bad_at = int(bad_at)
     stats = {"steps": int(steps), "save_every": every, "grad_evals": int(steps) + 1}
     if bad_at >= 0:
         stats["diverged_step"] = bad_at
+    k = np.minimum(k, steps if bad_at < 0 else bad_at)
+    if schedule == "constant":
+        t = k * float(learning_rate)  # k·η exactly, not a rounded sum
+    else:
+        # float64 arguments: a Python float would take float32's (weak) type
+        peak, end = np.float64(learning_rate), np.float64(final_lr)
+        eta = warmup_cosine(np.arange(steps), peak, warmup, steps, end, xp=np)
+        t = np.concatenate([[0.0], np.cumsum(eta)])[k]
     return Trajectory(
-        t=np.minimum(k, steps if bad_at < 0 else bad_at) * float(learning_rate),
+        t=t,
         metrics={"loss": np.asarray(losses), "grad_norm": np.asarray(norms)},
         final=eqx.combine(final, static),
         params=eqx.combine(snaps, static),
@@ -162,8 +246,16 @@ def run_full_batch(
         stats=stats,
         info={
             "kind": "optimizer",
-            "method": "adam" if isinstance(optimizer, Adam) else "gd",
+            "method": _METHODS[type(optimizer)],
             "learning_rate": float(learning_rate),
             "steps": int(steps),
+            "schedule": schedule,
+            "warmup_steps": int(warmup),
+            "final_lr": float(final_lr),
+            "weight_decay": float(weight_decay),
+            "clip": float(clip),
         },
     )
+
+
+_METHODS = {SGD: "gd", Adam: "adam", AdamW: "adamw"}

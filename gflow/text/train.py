@@ -1,4 +1,4 @@
-"""Minibatch optimizer runs on a stream of random text windows (SGD/Adam, keyed).
+"""Minibatch optimizer runs on a stream of random text windows (any optax, keyed).
 
 The loop is ``gflow.dynamics.minibatch``'s; here is the text's batch loss (the counts
 form where it is cheaper) and the text run's record of the batch size.
@@ -7,6 +7,7 @@ form where it is cheaper) and the text run's record of the batch size.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
@@ -44,7 +45,7 @@ def run_minibatch(
     stream: WindowStream,
     *,
     steps: int,
-    learning_rate: float,
+    learning_rate: float | Callable,
     key: PRNGKeyArray,
     save_every: int | None = None,
     observables: Observables = None,
@@ -56,10 +57,12 @@ def run_minibatch(
         eval_loss: ``loss_fn(model)`` recorded at the saves (e.g. the full-batch
             ``TextLoss``).
         model: initial model (``AttentionModel`` or ``PositionalAttentionModel``).
-        optimizer: an optax transformation with a constant step size.
+        optimizer: an optax transformation (its step size, constant or a schedule,
+            should be ``learning_rate``).
         stream: the minibatch sampler (last-token loss on its windows).
         steps: optimizer steps; rounded up to a multiple of ``save_every``.
-        learning_rate: the constant step size η; the clock is t_k = k η.
+        learning_rate: the step size η_k, a number or a schedule k -> η_k; it only
+            sets the clock t = Σ η_k (recorded as a number, or "schedule").
         key: PRNG key; batch k is ``stream(fold_in(key, k))``.
         save_every: steps between saves (default: about 200 saves).
         observables: as in ``run_optimizer``.
@@ -72,9 +75,9 @@ def run_minibatch(
         observables=observables, save_params=save_params,
     )  # fmt: skip
     stats = {**traj.stats, "batch": stream.batch}
+    rate = "schedule" if callable(learning_rate) else learning_rate
     return dataclasses.replace(
         traj,
         stats=stats,
-        info={"kind": "minibatch", "steps": stats["steps"],
-              "learning_rate": learning_rate},
-    )  # fmt: skip
+        info={"kind": "minibatch", "steps": stats["steps"], "learning_rate": rate},
+    )
