@@ -32,7 +32,7 @@ from gflow.cli.main import build_parser, main
 from gflow.dynamics.optimizers import OPTIMIZERS
 from gflow.runs.flow_run import SOLVERS, FlowConfig
 from gflow.runs.sweep_run import SweepConfig
-from gflow.runs.text_run import METHODS, OPTIMIZER_NAMES, TOKENIZER_NAMES
+from gflow.runs.text_config import METHODS, OPTIMIZER_NAMES, TOKENIZER_NAMES
 from gflow.runs.train_run import SCHEDULES, TrainConfig
 from gflow.text.fullbatch import SCHEDULES as TEXT_SCHEDULES
 from gflow.text.subword import WHITESPACE_MODES

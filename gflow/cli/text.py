@@ -9,13 +9,13 @@ from gflow.cli.errors import UsageError
 
 
 def register(sub) -> None:
-    from gflow.runs.text_run import (
+    from gflow.runs.text_config import (
         METHODS,
         OPTIMIZER_NAMES,
-        SCHEDULES,
         TOKENIZER_NAMES,
         TextConfig,
     )
+    from gflow.text.fullbatch import SCHEDULES
     from gflow.text.subword import WHITESPACE_MODES
 
     d = TextConfig(corpus="-")
@@ -171,7 +171,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from gflow.runs.text_run import TextConfig
+    from gflow.runs.text_config import TextConfig
 
     try:
         cfg = TextConfig(
@@ -217,13 +217,8 @@ def run(args) -> int:
     jax.config.update("jax_enable_x64", cfg.x64)  # entry point: x64 is chosen here
     from gflow.plotting.text import plot_attention_rows, plot_text_summary
     from gflow.runs.files import read_json
-    from gflow.runs.text_run import (
-        prepare,
-        run_text,
-        stages_summary,
-        stages_table,
-        write_text_run,
-    )
+    from gflow.runs.text_run import prepare, run_text, write_text_run
+    from gflow.runs.text_seeds import stages_summary, stages_table
 
     start = time.perf_counter()
     data = prepare(cfg)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io as _io
-import math
 import time
 from pathlib import Path
 
@@ -35,175 +34,18 @@ from gflow.dynamics.flow import solve_flow
 from gflow.dynamics.optimizers import SGD, Adam, AdamW
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.model import AttentionModel
-from gflow.runs.environment import check_seed
 from gflow.runs.files import atomic_write_bytes, write_json
+from gflow.runs.text_config import PAPER_QUERIES, TextConfig
+from gflow.runs.text_seeds import stages_summary
 from gflow.runs.trajectory_files import save_trajectory
 from gflow.text.corpus import load_corpus
-from gflow.text.fullbatch import SCHEDULES, run_full_batch, warmup_cosine
+from gflow.text.fullbatch import run_full_batch, warmup_cosine
 from gflow.text.observables import TextObservables, default_queries, observe_snapshots
 from gflow.text.positional import PositionalAttentionModel, TextLoss
-from gflow.text.subword import KINDS, WHITESPACE, WHITESPACE_MODES, SubwordTokenizer
+from gflow.text.subword import KINDS, SubwordTokenizer
 from gflow.text.tokenize import TOKENIZERS, Vocabulary
 from gflow.text.train import run_minibatch
 from gflow.text.windows import WindowStream, fixed_sample
-
-#: How the deterministic run follows the flow.
-METHODS = ("gd", "flow")
-#: The optimizer arm's update rules: gd and sgd are both x <- x - η_k g (gd on the
-#: fixed sample, sgd on fresh minibatches), adam and adamw as in optax.
-OPTIMIZER_NAMES = ("gd", "sgd", "adam", "adamw")
-#: Every tokeniser name: the fixed ones and the subword kinds trained on the corpus.
-TOKENIZER_NAMES = (*TOKENIZERS, *KINDS)
-#: Query tokens tracked by default where the vocabulary has them: the whitespace
-#: piece and the rows of the paper's figures (WikiText: "continue"; TinyStories:
-#: "the", ",", "a", "full", "been").
-PAPER_QUERIES = (WHITESPACE, "continue", "the", ",", "a", "full", "been")
-
-
-@dataclasses.dataclass(frozen=True)
-class TextConfig:
-    """Everything that defines a text run; validates itself.
-
-    ``method="gd"`` follows the flow with full-batch gradient descent of step ``lr``
-    (its clock t_k = k·lr is the flow time); ``"flow"`` integrates it with Tsit5.
-
-    The optimizer arm runs ``opt_steps`` steps (0: none) of ``optimizer`` from the
-    same init: full batch on the fixed sample (``batch=0``; gd, adam, adamw) or on
-    ``batch`` fresh random windows each step (sgd, adam, adamw). Its step size is
-    ``opt_lr``, constant or (``schedule="warmup-cosine"``) rising linearly from 0 over
-    the first ⌊``warmup``·``opt_steps``⌋ steps to ``opt_lr`` and falling as a cosine
-    to ``final_lr`` at the last step. ``clip`` > 0 clips each gradient to that global
-    norm first; ``weight_decay`` is AdamW's decoupled decay (adamw only). The
-    defaults are Adam at a constant 2e-3 on the full batch.
-
-    ``seeds`` = K runs seeds ``seed`` .. ``seed`` + K − 1, each its own init (and
-    minibatches).
-    """
-
-    corpus: str = ""
-    vocab_size: int = 200
-    tokenizer: str = "word"
-    whitespace: str = "isolated"
-    tokenizer_file: str | None = None
-    max_chars: int | None = None
-    download: bool = False
-    context: int = 32
-    windows: int = 512
-    d_model: int = 32
-    init_scale: float = 1e-3
-    seed: int = 0
-    method: str = "gd"
-    lr: float = 0.25
-    steps: int = 4000
-    rtol: float = 1e-5
-    atol: float = 1e-7
-    optimizer: str = "adam"
-    opt_lr: float = 2e-3
-    opt_steps: int = 1000
-    batch: int = 0
-    schedule: str = "constant"
-    warmup: float = 0.1
-    final_lr: float = 0.0
-    weight_decay: float = 0.01
-    clip: float = 0.0
-    seeds: int = 1
-    all_positions: bool = False
-    positional: bool = False
-    track: tuple[str, ...] = ()
-    num_queries: int = 4
-    topk: int = 5
-    num_saves: int = 100
-    x64: bool = False
-
-    def __post_init__(self):
-        def bad(field, why):
-            raise ValueError(f"{field}: {why}")
-
-        if not self.corpus:
-            bad("corpus", "give a text file, a folder or a hub name")
-        if self.tokenizer not in TOKENIZER_NAMES:
-            bad("tokenizer", f"must be one of {', '.join(TOKENIZER_NAMES)}")
-        if self.whitespace not in WHITESPACE_MODES:
-            bad("whitespace", f"must be one of {', '.join(WHITESPACE_MODES)}")
-        if self.tokenizer in KINDS and not 32 <= self.vocab_size <= 100_000:
-            bad("vocab_size", f"a subword vocabulary needs 32-100000 pieces, got "
-                f"{self.vocab_size}")  # fmt: skip
-        if self.tokenizer_file is not None:
-            if self.tokenizer not in KINDS:
-                bad("tokenizer_file", "only for --tokenizer bpe or unigram")
-            if not Path(self.tokenizer_file).is_file():
-                bad("tokenizer_file", f"{self.tokenizer_file!r} is not a file")
-        if self.method not in METHODS:
-            bad("method", f"must be one of {METHODS}, got {self.method!r}")
-        for name in ("vocab_size", "context", "windows", "d_model", "steps"):
-            if getattr(self, name) < 1:
-                bad(name, f"must be a positive integer, got {getattr(self, name)}")
-        for name in ("opt_steps", "batch", "num_queries"):
-            if getattr(self, name) < 0:
-                bad(name, f"must be >= 0, got {getattr(self, name)}")
-        for name in ("init_scale", "lr", "opt_lr", "rtol", "atol"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                bad(name, f"must be > 0 and finite, got {value}")
-        for name in ("final_lr", "weight_decay", "clip"):
-            value = getattr(self, name)
-            if not (value >= 0 and math.isfinite(value)):
-                bad(name, f"must be >= 0 and finite, got {value}")
-        if self.optimizer not in OPTIMIZER_NAMES:
-            bad("optimizer", f"unknown {self.optimizer!r}; choose one of "
-                f"{', '.join(OPTIMIZER_NAMES)}")  # fmt: skip
-        if self.schedule not in SCHEDULES:
-            bad("schedule", f"unknown {self.schedule!r}; choose one of "
-                f"{', '.join(SCHEDULES)}")  # fmt: skip
-        if not 0 <= self.warmup < 1:
-            bad("warmup", f"must lie in [0, 1), got {self.warmup}")
-        if self.optimizer == "gd" and self.batch:
-            bad("optimizer", "gd runs on the fixed sample (batch 0); sgd is the same "
-                "update on fresh minibatches")  # fmt: skip
-        if self.optimizer == "sgd" and not self.batch:
-            bad("optimizer", "sgd runs on fresh minibatches: give a batch > 0 (gd is "
-                "the same update on the fixed sample)")  # fmt: skip
-        if self.seeds < 1:
-            bad("seeds", f"must be a positive integer, got {self.seeds}")
-        if self.topk < 1:
-            bad("topk", f"must be a positive integer, got {self.topk}")
-        if self.max_chars is not None and self.max_chars < 1:
-            bad("max_chars", f"must be a positive integer, got {self.max_chars}")
-        check_seed(self.seed)
-        if self.seed + self.seeds > 2**32:
-            bad("seeds", f"seed + seeds - 1 = {self.seed + self.seeds - 1} must be "
-                "below 2**32")  # fmt: skip
-        if self.num_saves < 2:
-            bad("num_saves", f"must be >= 2, got {self.num_saves}")
-        if self.method == "flow" and not self.x64:
-            bad("x64", "the flow needs float64 (tolerances near float32 epsilon)")
-
-    @property
-    def seed_list(self) -> tuple[int, ...]:
-        """The seeds run: ``seed`` .. ``seed`` + ``seeds`` − 1."""
-        return tuple(range(self.seed, self.seed + self.seeds))
-
-    @property
-    def warmup_steps(self) -> int:
-        """The optimizer arm's warmup: ⌊``warmup``·``opt_steps``⌋ steps."""
-        return math.floor(self.warmup * self.opt_steps)
-
-    @property
-    def arm_name(self) -> str:
-        """The optimizer arm's run name: the optimizer's ("adam" by default), or
-        "gd_opt" beside the reference run "gd"."""
-        return "gd_opt" if self.optimizer == self.method else self.optimizer
-
-    @property
-    def base_names(self) -> tuple[str, ...]:
-        """The reference run's name and, if it runs, the optimizer arm's."""
-        return (self.method, self.arm_name)[: 2 if self.opt_steps else 1]
-
-    def run_names(self, seed: int) -> tuple[str, ...]:
-        """The names of one seed's runs in the run directory: ``base_names``,
-        suffixed ``_s<seed>`` when several seeds run."""
-        names = self.base_names
-        return names if self.seeds == 1 else tuple(f"{n}_s{seed}" for n in names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -470,91 +312,6 @@ def _stages(traj: Trajectory):
         }
     except Exception as e:  # its inputs may not fit a text run: record why
         return {"available": False, "why": f"{type(e).__name__}: {e}"}
-
-
-def _stage_key(stage: dict) -> tuple:
-    return (
-        stage["stage"],
-        int(stage.get("cycle", 1)),
-        int(stage.get("layer", -1)),
-        int(stage.get("head", -1)),
-    )
-
-
-def _mean_sd(values: list[float]) -> dict:
-    """mean and sample sd (ddof 1; null for one value) of the found values."""
-    x = np.asarray(values, float)
-    return {
-        "mean": float(x.mean()) if x.size else None,
-        "sd": float(x.std(ddof=1)) if x.size > 1 else None,
-    }
-
-
-def stages_summary(cfg: TextConfig, stages: dict) -> dict:
-    """Each run's stage times over the seeds: for every stage (name, cycle, layer,
-    head) found in some seed, how many seeds found it, its t_start and t_end per
-    seed (null where not found) and their mean ± sd over the seeds that found it.
-
-    ``stages``: stages.json's content (run name -> ``_stages`` of that run).
-    """
-    out = {}
-    for i, base in enumerate(cfg.base_names):
-        per_seed = {s: stages.get(cfg.run_names(s)[i], {}) for s in cfg.seed_list}
-        found: dict[tuple, dict[int, dict]] = {}
-        for seed, entry in per_seed.items():
-            for st in entry.get("stages", []) if entry.get("available") else []:
-                found.setdefault(_stage_key(st), {})[seed] = st
-        rows = []
-        for key in sorted(found, key=lambda k: _first_start(found[k])):
-            by_seed = found[key]
-            row = dict(zip(("stage", "cycle", "layer", "head"), key))
-            row["found"] = len(by_seed)
-            for end in ("t_start", "t_end"):
-                times = [by_seed[s][end] if s in by_seed else None
-                         for s in cfg.seed_list]  # fmt: skip
-                row[end] = {
-                    **_mean_sd([t for t in times if t is not None]),
-                    "per_seed": times,
-                }
-            rows.append(row)
-        unavailable = {
-            str(seed): entry.get("why", "no stages")
-            for seed, entry in per_seed.items()
-            if not entry.get("available")
-        }
-        out[base] = {"stages": rows, "unavailable": unavailable}
-    return {"seeds": list(cfg.seed_list), "runs": out}
-
-
-def _first_start(by_seed: dict) -> float:
-    return min(st["t_start"] for st in by_seed.values())
-
-
-def stages_table(summary: dict) -> str:
-    """``stages_summary``'s content as a text table: one line per run and stage."""
-    n = len(summary["seeds"])
-    lines = [f"stage times over {n} seeds (mean ± sd; found: seeds with the stage)"]
-    lines.append(
-        f"{'run':<10} {'stage':<18} {'cycle':>5} {'found':>6} "
-        f"{'t_start':>22} {'t_end':>22}"
-    )
-
-    def fmt(x):
-        sd = "–" if x["sd"] is None else f"{x['sd']:.4g}"
-        return f"{x['mean']:.4g} ± {sd}"
-
-    for run, entry in summary["runs"].items():
-        for row in entry["stages"]:
-            lines.append(
-                f"{run:<10} {row['stage']:<18} {row['cycle']:>5} "
-                f"{row['found']:>3}/{n:<2} {fmt(row['t_start']):>22} "
-                f"{fmt(row['t_end']):>22}"
-            )
-        if not entry["stages"]:
-            lines.append(f"{run:<10} no stage found")
-        for seed, why in entry["unavailable"].items():
-            lines.append(f"{run:<10} seed {seed}: no stages ({why})")
-    return "\n".join(lines)
 
 
 def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
