@@ -68,14 +68,14 @@ def test_crossings_are_reported_within_one_interval(dt):
     det = _feed(t, _signals(t))
     ev = det.events
     cond = _one(ev, "condensation", -1, -1)
-    # focus: entropy 0.1 nat below its maximum since condensation; the logistic
-    # has fallen 0.1 of its 1-nat amplitude at σ = σ(t_c) + 0.1
-    s0 = float(_sigmoid((cond["t"] - 40.0) / 3.0))
+    # focus: entropy 0.1 nat below its maximum so far (at t = 0: the logistic only
+    # falls), reported after condensation; it has fallen 0.1 at σ = σ(-40/3) + 0.1
+    s0 = float(_sigmoid((0.0 - 40.0) / 3.0))
     t_star = 40.0 + 3.0 * math.log((s0 + 0.1) / (1 - s0 - 0.1))
     focus = _one(ev, "focus")
-    assert t_star <= focus["t"] < t_star + dt + 1e-9
+    assert cond["t"] < t_star <= focus["t"] < t_star + dt + 1e-9
     assert focus["reference"] - focus["value"] >= 0.1
-    assert focus["t_onset"] == cond["t"]  # the entropy only falls after it
+    assert focus["t_onset"] == 0.0
     # asymmetry lifting of the head: 4-fold growth over the value at focus
     lift = _one(ev, "asymmetry_lifting")
     base = max(focus["t"], 60.0)
@@ -148,6 +148,19 @@ def test_cycle_two_opens_after_the_lifting():
     assert d2["reference"] - d2["value"] >= 0.1 and d2["signal"] == "head_on_top"
     lift2 = _one(ev, "asymmetry_lifting", cycle=2)
     assert 220 + math.log(4) / 0.1 <= lift2["t"] < 220 + math.log(4) / 0.1 + 1
+
+
+def test_a_head_that_collapsed_during_condensation_is_reported_with_it():
+    """In real training a head may focus while the loss still falls: its focus is
+    reported at condensation's observation, with the onset of its fall."""
+    t = np.arange(0.0, 60.0, 0.5)
+    sig = _signals(t)
+    sig["head_entropy"] = (3.0 - _sigmoid((t - 8.0) / 1.0))[:, None, None]
+    ev = _feed(t, sig).events
+    cond, focus = _one(ev, "condensation", -1, -1), _one(ev, "focus")
+    assert ev.index(cond) < ev.index(focus)
+    assert focus["t"] == cond["t"] and focus["step"] == cond["step"]
+    assert focus["t_onset"] == 0.0 and focus["reference"] - focus["value"] > 0.9
 
 
 def test_nothing_before_condensation_and_no_signal_no_stage():

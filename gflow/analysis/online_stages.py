@@ -18,9 +18,10 @@ run, replaced by the absolute ones:
   ``min_amplitude`` from its first value, and its rate of fall over the last
   ``window`` intervals, past its peak, is at most ``edge`` of the peak (the end of
   the first fall of the loss rate, as offline);
-- focus, cycle 1 (per head, once condensation is reported): the head's entropy
-  ``head_entropy`` is ``min_amplitude`` nats below its running maximum since
-  condensation;
+- focus, cycle 1 (per head, reported no earlier than condensation): the head's
+  entropy ``head_entropy`` is ``min_amplitude`` nats below its running maximum since
+  the first observation (a head that collapsed while the loss was still falling is
+  reported with condensation; its ``t_onset`` tells when it began);
 - dilution, cycle 1 (after the head's focus, until its asymmetry lifting): the
   tracked queries' mean attention on the most frequent token
   (``head_tracked_on_top``) is ``min_amplitude`` below its running maximum since the
@@ -147,6 +148,8 @@ class OnlineStageDetector:
         self._first: tuple[float, float] | None = None
         self._peak_rate = 0.0
         self._condensed = False
+        self._last_t: float | None = None
+        self._ent_max = self._ent_max_t = None  # each head's entropy maximum so far
         self._embedding = _Head(-1, -1)  # σ(W_E)'s liftings
 
     def delay(self, dt: float) -> float:
@@ -174,10 +177,17 @@ class OnlineStageDetector:
         elif shape != self._shape:
             raise ValueError(f"head_entropy changed shape {self._shape} -> {shape}")
         t = float(t)
-        if self._recent and not t > self._recent[-1][0]:
-            raise ValueError(f"times must increase: {t} after {self._recent[-1][0]}")
+        if self._last_t is not None and not t > self._last_t:
+            raise ValueError(f"times must increase: {t} after {self._last_t}")
+        self._last_t = t
         new: list[dict] = []
         if not self._condensed:
+            ent = x["head_entropy"]
+            if self._ent_max is None:
+                self._ent_max, self._ent_max_t = ent.copy(), np.full(shape, t)
+            higher = ent > self._ent_max
+            self._ent_max = np.where(higher, ent, self._ent_max)
+            self._ent_max_t = np.where(higher, t, self._ent_max_t)
             self._condensation(step, t, float(x["loss"]), x, new)
         else:
             for head in self._heads:
@@ -215,8 +225,12 @@ class OnlineStageDetector:
                     d.min_amplitude,
                 )  # fmt: skip
             )
-            for head in self._heads:  # every head's focus window opens
-                self._open(head, "focus", "head_entropy", -1, x, t)
+            for head in self._heads:  # every head's focus window opens, measured
+                self._open(head, "focus", "head_entropy", -1, x, t)  # from the
+                _, move = head.rules["focus"]  # highest entropy so far: a head that
+                move.ref = float(self._ent_max[head.layer, head.head])  # fell while
+                move.t_ref = float(self._ent_max_t[head.layer, head.head])  # the loss
+                self._step_head(head, step, t, x, new)  # did is reported at once
 
     def _open(self, head: _Head, stage, signal, sign, x, t, amount=None, start=None):
         d = self.detector
