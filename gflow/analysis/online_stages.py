@@ -41,9 +41,11 @@ run, replaced by the absolute ones:
   both since the cycle opened.
 
 Each rule fires once per head and cycle. An event is a dict: ``event``, ``layer``,
-``head``, ``cycle``, ``step``, ``t``, ``t_onset`` (when the move began: the running
-extremum it is measured from), ``signal``, ``value``, ``reference`` (that extremum)
-and ``threshold``.
+``head``, ``cycle``, ``step``, ``t``, ``t_onset`` (when the move began: the last
+observation at which the signal was within ``edge`` (5%) of the threshold of the
+extremum it is measured from; for a lifting, when the growth passed
+``growth_start``), ``signal``, ``value``, ``reference`` (that extremum) and
+``threshold``.
 """
 
 from __future__ import annotations
@@ -87,8 +89,10 @@ def _event(name, layer, head, cycle, step, t, t_onset, signal, value, ref, thr):
 class _Move:
     """A move of one signal by ``amount`` away from its running extremum since the
     rule opened: a fall from the running maximum (``sign=-1``) or a rise above the
-    running minimum (``+1``). ``onset`` records the first time since the extremum
-    at which the signal had moved ``start`` (NaN: not yet)."""
+    running minimum (``+1``). ``near`` is the last time the signal was within
+    ``edge`` of ``amount`` of the extremum (when the move began in earnest);
+    ``onset`` the first time since the extremum at which it had moved ``start``
+    (NaN: not yet)."""
 
     sign: int
     amount: float
@@ -96,11 +100,15 @@ class _Move:
     t_ref: float
     start: float = math.inf
     onset: float = math.nan
+    edge: float = 0.05
+    near: float = math.nan
 
     def crossed(self, x: float, t: float) -> bool:
         if self.sign * (self.ref - x) > 0:  # a new extremum: the move starts again
             self.ref, self.t_ref, self.onset = x, t, math.nan
         moved = self.sign * (x - self.ref)
+        if moved <= self.edge * self.amount:
+            self.near = t
         if math.isnan(self.onset) and moved >= self.start:
             self.onset = t
         return moved >= self.amount
@@ -149,7 +157,7 @@ class OnlineStageDetector:
         self._peak_rate = 0.0
         self._condensed = False
         self._last_t: float | None = None
-        self._ent_max = self._ent_max_t = None  # each head's entropy maximum so far
+        self._ent_max = self._ent_near = None  # each head's entropy maximum so far
         self._embedding = _Head(-1, -1)  # σ(W_E)'s liftings
 
     def delay(self, dt: float) -> float:
@@ -184,10 +192,12 @@ class OnlineStageDetector:
         if not self._condensed:
             ent = x["head_entropy"]
             if self._ent_max is None:
-                self._ent_max, self._ent_max_t = ent.copy(), np.full(shape, t)
-            higher = ent > self._ent_max
-            self._ent_max = np.where(higher, ent, self._ent_max)
-            self._ent_max_t = np.where(higher, t, self._ent_max_t)
+                self._ent_max, self._ent_near = ent.copy(), np.full(shape, t)
+            self._ent_max = np.maximum(ent, self._ent_max)
+            near = (
+                self._ent_max - ent <= self.detector.edge * self.detector.min_amplitude
+            )
+            self._ent_near = np.where(near, t, self._ent_near)
             self._condensation(step, t, float(x["loss"]), x, new)
         else:
             for head in self._heads:
@@ -229,7 +239,7 @@ class OnlineStageDetector:
                 self._open(head, "focus", "head_entropy", -1, x, t)  # from the
                 _, move = head.rules["focus"]  # highest entropy so far: a head that
                 move.ref = float(self._ent_max[head.layer, head.head])  # fell while
-                move.t_ref = float(self._ent_max_t[head.layer, head.head])  # the loss
+                move.near = float(self._ent_near[head.layer, head.head])  # the loss
                 self._step_head(head, step, t, x, new)  # did is reported at once
 
     def _open(self, head: _Head, stage, signal, sign, x, t, amount=None, start=None):
@@ -241,6 +251,8 @@ class OnlineStageDetector:
             value,
             t,
             start=math.inf if start is None else start,
+            edge=d.edge,
+            near=t,
         )
         head.rules[stage] = (signal, move)
 
@@ -271,7 +283,7 @@ class OnlineStageDetector:
             del head.rules[stage]
             fired.append(stage)
             lift = stage == "asymmetry_lifting"
-            onset = move.onset if lift else move.t_ref
+            onset = move.onset if lift else move.near
             shown = math.exp(value) if lift else value
             ref = math.exp(move.ref) if lift else move.ref
             amount = math.exp(move.amount) if lift else move.amount
