@@ -212,12 +212,42 @@ def _figure(record: dict) -> None:
     save_figure(fig, RESULTS / "monitor_overhead.png")
 
 
+DOC = Path(__file__).resolve().parent.parent / "docs" / "monitor.md"
+START, END = "<!-- monitor_overhead:start -->", "<!-- monitor_overhead:end -->"
+
+
+def write_docs() -> None:
+    """Put results/monitor_overhead.md and its figure into docs/monitor.md."""
+    import shutil
+
+    record = json.loads((RESULTS / "monitor_overhead.json").read_text())
+    text = (
+        "`PYTHONPATH=$PWD python benchmarks/monitor_overhead.py --write-docs` "
+        "(the module docstring says what is measured). "
+        + table(record)
+        + "\n![overhead against every](figures/monitor_overhead.png)"
+    )
+    doc = DOC.read_text()
+    i, j = doc.index(START) + len(START), doc.index(END)
+    DOC.write_text(doc[:i] + "\n" + text + "\n" + doc[j:])
+    shutil.copy(RESULTS / "monitor_overhead.png", DOC.parent / "figures")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
+    p.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="rewrite the cost block of docs/monitor.md (from the records alone "
+        "with --doc-only)",
+    )
+    p.add_argument("--doc-only", action="store_true", help="do not measure")
     args = p.parse_args(argv)
-    record = run(quick=args.quick)
-    print(table(record))
+    if not args.doc_only:
+        print(table(run(quick=args.quick)))
+    if args.write_docs or args.doc_only:
+        write_docs()
     return 0
 
 
