@@ -101,6 +101,7 @@ VALID = {
     ("text", "--opt-steps"): lambda n: n >= 0,  # alias --adam-steps
     ("text", "--batch"): lambda n: n >= 0,  # alias --adam-batch
     ("text", "--num-queries"): lambda n: n >= 0,
+    ("text", "--sharpness-checks"): lambda n: n >= 0,
     ("text", "--warmup"): _unit,
     ("text", "--final-lr"): lambda x: math.isfinite(x) and x >= 0,
     ("text", "--weight-decay"): lambda x: math.isfinite(x) and x >= 0,

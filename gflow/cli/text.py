@@ -166,6 +166,13 @@ def register(sub) -> None:
     p.add_argument("--num-queries", type=int, default=d.num_queries)
     p.add_argument("--topk", type=int, default=d.topk)
     p.add_argument("--num-saves", type=int, default=d.num_saves)
+    p.add_argument(
+        "--sharpness-checks",
+        type=int,
+        default=d.sharpness_checks,
+        help="GD: λ_max of the loss Hessian (Lanczos) at this many saves, reported as "
+        "η·λ_max/2 with a warning above 1/2 (not a flow proxy there); 0: off",
+    )
     p.add_argument("--float64", action="store_true", help="float64 (flow: always)")
     p.set_defaults(handler=run)
 
@@ -208,6 +215,7 @@ def run(args) -> int:
             num_queries=args.num_queries,
             topk=args.topk,
             num_saves=args.num_saves,
+            sharpness_checks=args.sharpness_checks,
             x64=args.float64 or args.method == "flow",
         )
     except ValueError as e:
@@ -219,6 +227,7 @@ def run(args) -> int:
     from gflow.runs.files import read_json
     from gflow.runs.text_run import prepare, run_text, write_text_run
     from gflow.runs.text_seeds import stages_summary, stages_table
+    from gflow.text.stability import stability_line, stability_warning
 
     start = time.perf_counter()
     data = prepare(cfg)
@@ -246,6 +255,12 @@ def run(args) -> int:
             f"{st['wall_s']:.1f} s (loop {st['loop_s']:.1f} s, "
             f"observables {st['observe_s']:.1f} s)"
         )
+        if "stability" in traj.info:
+            check = traj.info["stability"]
+            print(f"  {stability_line(check)} ({st['sharpness_s']:.1f} s)")
+            warning = stability_warning(name, check)
+            if warning:
+                print(warning)
     if cfg.seeds > 1:
         print(stages_table(stages_summary(cfg, read_json(out / "stages.json"))))
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in wall.items())

@@ -43,6 +43,9 @@ class TextConfig:
 
     ``seeds`` = K runs seeds ``seed`` .. ``seed`` + K − 1, each its own init (and
     minibatches).
+
+    ``sharpness_checks`` = k measures λ_max of the loss Hessian at k of the GD
+    reference run's saves (``gflow.text.stability``; 0: off) and reports η·λ_max/2.
     """
 
     corpus: str = ""
@@ -78,6 +81,7 @@ class TextConfig:
     num_queries: int = 4
     topk: int = 5
     num_saves: int = 100
+    sharpness_checks: int = 6
     x64: bool = False
 
     def __post_init__(self):
@@ -103,7 +107,7 @@ class TextConfig:
         for name in ("vocab_size", "context", "windows", "d_model", "steps"):
             if getattr(self, name) < 1:
                 bad(name, f"must be a positive integer, got {getattr(self, name)}")
-        for name in ("opt_steps", "batch", "num_queries"):
+        for name in ("opt_steps", "batch", "num_queries", "sharpness_checks"):
             if getattr(self, name) < 0:
                 bad(name, f"must be >= 0, got {getattr(self, name)}")
         for name in ("init_scale", "lr", "opt_lr", "rtol", "atol"):

@@ -42,6 +42,7 @@ from gflow.text.corpus import load_corpus
 from gflow.text.fullbatch import run_full_batch, warmup_cosine
 from gflow.text.observables import TextObservables, default_queries, observe_snapshots
 from gflow.text.positional import PositionalAttentionModel, TextLoss
+from gflow.text.stability import stability_check
 from gflow.text.subword import KINDS, SubwordTokenizer
 from gflow.text.tokenize import TOKENIZERS, Vocabulary
 from gflow.text.train import run_minibatch
@@ -229,6 +230,8 @@ def _run_seed(cfg: TextConfig, seed: int, loss, obs, heads, d, shared):
             steps=cfg.steps,
             num_saves=cfg.num_saves,
         )
+        loop_s = time.perf_counter() - start
+        ref = _checked(cfg, loss, ref, seed)  # timed apart: stats["sharpness_s"]
     else:
         t1 = cfg.steps * cfg.lr
         ref = solve_flow(
@@ -241,7 +244,8 @@ def _run_seed(cfg: TextConfig, seed: int, loss, obs, heads, d, shared):
             save_params=True,
             progress=False,
         )
-    runs.append(_observed(ref, obs, heads, time.perf_counter() - start))
+        loop_s = time.perf_counter() - start
+    runs.append(_observed(ref, obs, heads, loop_s))
     if cfg.opt_steps:
         start = time.perf_counter()
         if cfg.batch:
@@ -287,6 +291,21 @@ def _run_seed(cfg: TextConfig, seed: int, loss, obs, heads, d, shared):
         traj = dataclasses.replace(traj, info={**traj.info, **arm})
         runs.append(_observed(traj, obs, heads, time.perf_counter() - start))
     return [dataclasses.replace(r, info={**r.info, "seed": seed}) for r in runs]
+
+
+def _checked(cfg: TextConfig, loss, ref: Trajectory, seed: int) -> Trajectory:
+    """The GD reference run with λ_max at ``cfg.sharpness_checks`` of its saves and
+    its stability ratio η·λ_max/2 (``stability_check``) in ``info["stability"]``,
+    the check's wall time in ``stats["sharpness_s"]``."""
+    if not cfg.sharpness_checks:
+        return ref
+    start = time.perf_counter()
+    check = stability_check(loss, ref, cfg.lr, checks=cfg.sharpness_checks, seed=seed)
+    return dataclasses.replace(
+        ref,
+        info={**ref.info, "stability": check},
+        stats={**ref.stats, "sharpness_s": time.perf_counter() - start},
+    )
 
 
 def _stages(traj: Trajectory):
