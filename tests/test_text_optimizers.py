@@ -113,6 +113,7 @@ def _optax_by_hand(cfg: TextConfig, batch: int):
     return want, full(want), norms
 
 
+@pytest.mark.slow  # in CI's slow step (.ci/run): 12-15 s
 def test_adamw_decay_and_clipping_match_a_hand_written_optax_loop(corpus, tmp_path):
     """The adamw arm with weight decay, clipping and warmup-cosine equals
     optax.chain(clip_by_global_norm, adamw(warmup_cosine_decay_schedule)) stepped
@@ -152,6 +153,7 @@ def _comparable(out: Path) -> dict:
     return files
 
 
+@pytest.mark.slow  # in CI's slow step (.ci/run): 12-15 s
 def test_seeds_match_single_runs_and_repeat_bit_for_bit(corpus, tmp_path, capsys):
     """--seeds 2 --seed 3 writes gd_s3, gd_s4, adam_s3, adam_s4; seed 4's runs equal
     a single run with --seed 4 (given through the old names --adam-steps,
