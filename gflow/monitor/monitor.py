@@ -185,8 +185,7 @@ class Monitor:
         if new:
             self._rows.events.write([json.dumps(e) for e in new])
         if self._tb is not None:
-            names = logs.flat_names(self._shapes)
-            scalars = dict(zip(names, np.concatenate(flat)))
+            scalars = dict(zip(self._columns, np.concatenate(flat)))
             for e in new:
                 scalars[f"event/{e['event']}/L{e['layer']}H{e['head']}"] = e["cycle"]
             self._tb.scalars(step, scalars)
@@ -223,7 +222,8 @@ class Monitor:
         names = sorted(shapes, key=lambda k: (k != "loss", k))
         self._shapes = {k: list(shapes[k].shape) for k in names}
         write_json(self.out / logs.CONFIG, self._config(tokens.shape))
-        header = ["step", "t", *logs.flat_names(self._shapes)]
+        self._columns = logs.flat_names(self._shapes)  # the CSV's signal columns
+        header = ["step", "t", *self._columns]
         if self.resume:
             self._replay(step, header)
         else:
