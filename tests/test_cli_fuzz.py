@@ -32,7 +32,7 @@ from gflow.cli.main import build_parser, main
 from gflow.dynamics.optimizers import OPTIMIZERS
 from gflow.runs.flow_run import SOLVERS, FlowConfig
 from gflow.runs.sweep_run import SweepConfig
-from gflow.runs.text_config import METHODS, OPTIMIZER_NAMES, TOKENIZER_NAMES
+from gflow.runs.text_config import METHODS, MODELS, OPTIMIZER_NAMES, TOKENIZER_NAMES
 from gflow.runs.train_run import SCHEDULES, TrainConfig
 from gflow.text.fullbatch import SCHEDULES as TEXT_SCHEDULES
 from gflow.text.subword import WHITESPACE_MODES
@@ -107,6 +107,9 @@ VALID = {
     ("text", "--weight-decay"): lambda x: math.isfinite(x) and x >= 0,
     ("text", "--clip"): lambda x: math.isfinite(x) and x >= 0,
     ("text", "--seeds"): lambda n: 1 <= n <= 2**32,  # seed 0 + seeds - 1 < 2**32
+    # the base text run is the one-layer attention model: one layer, one head
+    ("text", "--layers"): lambda n: n == 1,
+    ("text", "--heads"): lambda n: n == 1,
     ("train", "--warmup"): _unit,
     ("train", "--weight-decay"): lambda x: math.isfinite(x) and x >= 0,
     # the base run has 2 steps, width 2 and 1 head, and its context is 3 tokens
@@ -124,6 +127,7 @@ NAMES = {
     ("text", "--tokenizer"): set(TOKENIZER_NAMES),
     ("text", "--whitespace"): set(WHITESPACE_MODES),
     ("text", "--method"): set(METHODS),
+    ("text", "--model"): set(MODELS),
     ("text", "--optimizer"): set(OPTIMIZER_NAMES),
     ("text", "--schedule"): set(TEXT_SCHEDULES),
     ("train", "--optimizer"): set(OPTIMIZERS),

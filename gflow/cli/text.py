@@ -11,6 +11,7 @@ from gflow.cli.errors import UsageError
 def register(sub) -> None:
     from gflow.runs.text_config import (
         METHODS,
+        MODELS,
         OPTIMIZER_NAMES,
         TOKENIZER_NAMES,
         TextConfig,
@@ -70,6 +71,16 @@ def register(sub) -> None:
     p.add_argument("--context", type=int, default=d.context, help="window length s")
     p.add_argument("--windows", type=int, default=d.windows, help="fixed sample size")
     p.add_argument("--d-model", type=int, default=d.d_model, help="width m")
+    p.add_argument(
+        "--model",
+        default=d.model,
+        help=f"one of {', '.join(MODELS)}: the one-layer attention model, or the deep "
+        "gflow.Transformer (--layers, --heads; per-head observables, no row figures)",
+    )
+    p.add_argument("--layers", type=int, default=d.layers, help="transformer depth")
+    p.add_argument(
+        "--heads", type=int, default=d.heads, help="transformer heads per layer"
+    )
     p.add_argument("--init-scale", type=float, default=d.init_scale)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
@@ -192,6 +203,9 @@ def run(args) -> int:
             context=args.context,
             windows=args.windows,
             d_model=args.d_model,
+            model=args.model,
+            layers=args.layers,
+            heads=args.heads,
             init_scale=args.init_scale,
             seed=args.seed,
             method=args.method,
@@ -243,9 +257,10 @@ def run(args) -> int:
     wall["runs"] = time.perf_counter() - start - sum(wall.values())
     out = write_text_run(args.out or default_out("text"), cfg, data, runs)
     wall["save"] = time.perf_counter() - start - sum(wall.values())
-    for name in runs:
-        plot_attention_rows(out, name)
-    plot_text_summary(out, list(cfg.run_names(cfg.seed)))  # the first seed's runs
+    if cfg.model == "attention":  # a Transformer has no attention rows
+        for name in runs:
+            plot_attention_rows(out, name)
+        plot_text_summary(out, list(cfg.run_names(cfg.seed)))  # the first seed's
     wall["figures"] = time.perf_counter() - start - sum(wall.values())
     for name, traj in runs.items():
         st = traj.stats

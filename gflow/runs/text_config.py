@@ -17,6 +17,9 @@ METHODS = ("gd", "flow")
 #: The optimizer arm's update rules: gd and sgd are both x <- x - η_k g (gd on the
 #: fixed sample, sgd on fresh minibatches), adam and adamw as in optax.
 OPTIMIZER_NAMES = ("gd", "sgd", "adam", "adamw")
+#: The text model: the one-layer ``AttentionModel`` (or ``PositionalAttentionModel``
+#: with ``positional``) or the deep ``gflow.Transformer`` (``layers``, ``heads``).
+MODELS = ("attention", "transformer")
 #: Every tokeniser name: the fixed ones and the subword kinds trained on the corpus.
 TOKENIZER_NAMES = (*TOKENIZERS, *KINDS)
 #: Query tokens tracked by default where the vocabulary has them: the whitespace
@@ -44,6 +47,11 @@ class TextConfig:
     ``seeds`` = K runs seeds ``seed`` .. ``seed`` + K − 1, each its own init (and
     minibatches).
 
+    ``model="transformer"`` trains a ``gflow.Transformer`` of ``layers`` layers of
+    ``heads`` heads (no values, MLP or LayerNorm; learned positions with
+    ``positional``) instead of the one-layer model; its observables are the per-head
+    ones (``HeadObservables``).
+
     ``sharpness_checks`` = k measures λ_max of the loss Hessian at k of the GD
     reference run's saves (``gflow.text.stability``; 0: off) and reports η·λ_max/2.
     """
@@ -58,6 +66,9 @@ class TextConfig:
     context: int = 32
     windows: int = 512
     d_model: int = 32
+    model: str = "attention"
+    layers: int = 1
+    heads: int = 1
     init_scale: float = 1e-3
     seed: int = 0
     method: str = "gd"
@@ -104,7 +115,10 @@ class TextConfig:
                 bad("tokenizer_file", f"{self.tokenizer_file!r} is not a file")
         if self.method not in METHODS:
             bad("method", f"must be one of {METHODS}, got {self.method!r}")
-        for name in ("vocab_size", "context", "windows", "d_model", "steps"):
+        if self.model not in MODELS:
+            bad("model", f"must be one of {', '.join(MODELS)}, got {self.model!r}")
+        for name in ("vocab_size", "context", "windows", "d_model", "steps",
+                     "layers", "heads"):  # fmt: skip
             if getattr(self, name) < 1:
                 bad(name, f"must be a positive integer, got {getattr(self, name)}")
         for name in ("opt_steps", "batch", "num_queries", "sharpness_checks"):
@@ -132,6 +146,11 @@ class TextConfig:
         if self.optimizer == "sgd" and not self.batch:
             bad("optimizer", "sgd runs on fresh minibatches: give a batch > 0 (gd is "
                 "the same update on the fixed sample)")  # fmt: skip
+        if self.model == "transformer" and self.d_model % self.heads:
+            bad("heads", f"must divide d_model = {self.d_model}, got {self.heads}")
+        if self.model == "attention" and (self.layers, self.heads) != (1, 1):
+            bad("model", "the attention model has one layer and one head: layers and "
+                "heads > 1 need --model transformer")  # fmt: skip
         if self.seeds < 1:
             bad("seeds", f"must be a positive integer, got {self.seeds}")
         if self.topk < 1:

@@ -34,6 +34,7 @@ from gflow.dynamics.flow import solve_flow
 from gflow.dynamics.optimizers import SGD, Adam, AdamW
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.model import AttentionModel
+from gflow.problems.transformer import Transformer
 from gflow.runs.files import atomic_write_bytes, write_json
 from gflow.runs.text_config import PAPER_QUERIES, TextConfig
 from gflow.runs.text_seeds import stages_summary
@@ -110,17 +111,21 @@ def init_model(cfg: TextConfig, d: int, seed: int | None = None):
     """The initial model of ``seed`` (default ``cfg.seed``). The draw runs as one
     jitted program (eagerly each of its random normals would be compiled on its own,
     seconds each when busy), compiled once per model shape: the key is traced."""
-    init = _initializer(
-        cfg.positional, cfg.context, d, cfg.d_model, cfg.init_scale, cfg.x64
-    )
+    shape = (cfg.model, cfg.layers, cfg.heads, cfg.positional, cfg.context)
+    init = _initializer(*shape, d, cfg.d_model, cfg.init_scale, cfg.x64)
     return init(jax.random.key(cfg.seed if seed is None else seed))
 
 
 @functools.lru_cache(maxsize=8)
-def _initializer(positional, context, d, d_model, init_scale, x64):
+def _initializer(model, layers, heads, positional, context, d, d_model, scale, x64):
     dtype = np.float64 if x64 else np.float32
-    kwargs = dict(d_vocab=d, d_model=d_model, init_scale=init_scale)
-    if positional:
+    kwargs = dict(d_vocab=d, d_model=d_model, init_scale=scale)
+    if model == "transformer":  # no values, MLP or LayerNorm: the one-layer model's
+        init = functools.partial(
+            Transformer.init, n_layers=layers, n_heads=heads,
+            max_len=context if positional else None, **kwargs,
+        )  # fmt: skip
+    elif positional:
         init = functools.partial(
             PositionalAttentionModel.init, context_length=context, **kwargs
         )
@@ -167,9 +172,9 @@ def _observed(traj: Trajectory, obs, heads, loop_s: float) -> Trajectory:
     like its other metrics); the snapshots are dropped. Records the loop's and the
     observables' wall time (compilation included)."""
     start = time.perf_counter()
-    extra = observe_snapshots(obs, traj.params)
+    extra = {} if obs is None else observe_snapshots(obs, traj.params)
     for k, v in observe_snapshots(heads, traj.params).items():
-        if k.startswith("head_") or k == "sv_W_A":
+        if k.startswith("head_") or k == "sv_W_A" or obs is None:
             extra[HEAD_METRICS.get(k, k)] = v
     bad = ~np.isfinite(traj.metrics["loss"])
     for k, v in extra.items():
@@ -202,7 +207,11 @@ def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
     """
     d = len(data.vocab)
     loss = TextLoss(data.sample, d_vocab=d, all_positions=cfg.all_positions)
-    obs = TextObservables(data.sample, list(data.queries), list(data.top), d_vocab=d)
+    obs = None  # a Transformer's observables are the per-head ones only
+    if cfg.model == "attention":
+        obs = TextObservables(
+            data.sample, list(data.queries), list(data.top), d_vocab=d
+        )
     heads = HeadObservables(data.sample, data.top[0], list(data.queries))
     dtype = np.float64 if cfg.x64 else np.float32
     shared = {}  # built once for all seeds, so that no program is compiled twice
@@ -357,7 +366,7 @@ def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
     stages = {}
     for name, traj in runs.items():
         metrics = dict(traj.metrics)
-        rows = metrics.pop("attention_rows")
+        rows = metrics.pop("attention_rows", None)  # None: a Transformer
         final = traj.final
         if isinstance(final, PositionalAttentionModel):
             buf = _io.BytesIO()
@@ -366,9 +375,10 @@ def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
             final = final.base
         saved = dataclasses.replace(traj, metrics=metrics, final=final, params=None)
         save_trajectory(out, saved, name=name)
-        buf = _io.BytesIO()
-        np.savez(buf, t=traj.t, rows=rows, queries=np.asarray(data.queries))
-        atomic_write_bytes(out / f"{name}_rows.npz", buf.getvalue())
+        if rows is not None:
+            buf = _io.BytesIO()
+            np.savez(buf, t=traj.t, rows=rows, queries=np.asarray(data.queries))
+            atomic_write_bytes(out / f"{name}_rows.npz", buf.getvalue())
         stages[name] = _stages(saved)
     write_json(out / "stages.json", stages)
     if cfg.seeds > 1:

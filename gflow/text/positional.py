@@ -16,6 +16,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from gflow.problems.losses import sequence_loss
 from gflow.problems.model import AttentionModel
+from gflow.problems.transformer import Transformer
 from gflow.text.counts import counts_loss, window_log_counts
 
 
@@ -101,18 +102,19 @@ def _cross_entropy(logits, target):
 
 
 def text_loss(
-    model: AttentionModel | PositionalAttentionModel,
+    model: AttentionModel | PositionalAttentionModel | Transformer,
     tokens: Int[ArrayLike, "b s1"],
     *,
     all_positions: bool = False,
     dense: bool | None = None,
 ) -> Float[Array, ""]:
     """``gflow.sequence_loss`` for an ``AttentionModel``; the same objective (last
-    position, or all positions causally) for a ``PositionalAttentionModel``."""
-    if not isinstance(model, PositionalAttentionModel):
+    position, or all positions causally) for a ``PositionalAttentionModel`` or a
+    ``gflow.Transformer``."""
+    if isinstance(model, AttentionModel):
         return sequence_loss(model, tokens, all_positions=all_positions, dense=dense)
-    if dense:
-        raise ValueError("the d×d form has no positions: use dense=None or False")
+    if dense:  # a model with positions, or a Transformer
+        raise ValueError("the d×d form is the one-layer model's: use dense=None/False")
     tokens = jnp.asarray(tokens)
     context = tokens[:, :-1]
     if all_positions:
@@ -129,7 +131,8 @@ COUNTS_MAX_RATIO = 8
 
 class TextLoss(eqx.Module):
     """``loss_fn(model)`` over a fixed batch of windows (the full-batch flow/GD);
-    works for both model classes. Its arrays are traced.
+    works for both model classes and for a ``gflow.Transformer``. Its arrays are
+    traced.
 
     Given ``d_vocab``, the last-token loss of an ``AttentionModel`` is computed in the
     counts form (``gflow.text.counts``; same value and gradient, dense products
@@ -165,11 +168,9 @@ class TextLoss(eqx.Module):
         self.dense = dense
 
     def __call__(
-        self, model: AttentionModel | PositionalAttentionModel
+        self, model: AttentionModel | PositionalAttentionModel | Transformer
     ) -> Float[Array, ""]:
-        if self.log_counts is not None and not isinstance(
-            model, PositionalAttentionModel
-        ):
+        if self.log_counts is not None and isinstance(model, AttentionModel):
             return counts_loss(model, self.log_counts, self.tokens)
         return text_loss(
             model, self.tokens, all_positions=self.all_positions, dense=self.dense
