@@ -143,6 +143,8 @@ def test_subword_run_saves_its_tokenizer_and_reuses_it(tmp_path):
     cfg = json.loads((tmp_path / "a" / "config.json").read_text())
     assert "\u2581" in cfg["queries"] and "the" in cfg["queries"]
     assert cfg["top"][0] == "\u2581" and cfg["unk_frequency"] == 0.0
+    phases = json.loads((tmp_path / "a" / "row_phases.json").read_text())
+    assert set(phases["gd"]) == set(cfg["queries"])  # one entry per tracked row
     tok = tmp_path / "a" / "tokenizer.json"
     again = [*base, "--tokenizer-file", str(tok), "--out", str(tmp_path / "b")]
     assert main(again) == 0

@@ -241,6 +241,7 @@ def run(args) -> int:
     from gflow.runs.files import read_json
     from gflow.runs.text_run import prepare, run_text, write_text_run
     from gflow.runs.text_seeds import stages_summary, stages_table
+    from gflow.text.row_phases import describe
     from gflow.text.stability import stability_line, stability_warning
 
     start = time.perf_counter()
@@ -276,6 +277,12 @@ def run(args) -> int:
             warning = stability_warning(name, check)
             if warning:
                 print(warning)
+    if (out / "row_phases.json").exists():  # the first seed's runs
+        phases = read_json(out / "row_phases.json")
+        print("what each tracked row does (gflow.text.row_phases):")
+        for name in cfg.run_names(cfg.seed):
+            for query, moves in phases.get(name, {}).items():
+                print(f"  {name} {query!r}: {describe(moves)}")
     if cfg.seeds > 1:
         print(stages_table(stages_summary(cfg, read_json(out / "stages.json"))))
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in wall.items())

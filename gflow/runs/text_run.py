@@ -43,6 +43,7 @@ from gflow.text.corpus import load_corpus
 from gflow.text.fullbatch import run_full_batch, warmup_cosine
 from gflow.text.observables import TextObservables, default_queries, observe_snapshots
 from gflow.text.positional import PositionalAttentionModel, TextLoss
+from gflow.text.row_phases import row_phases
 from gflow.text.stability import stability_check
 from gflow.text.subword import KINDS, SubwordTokenizer
 from gflow.text.tokenize import TOKENIZERS, Vocabulary
@@ -344,8 +345,9 @@ def _stages(traj: Trajectory):
 
 def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
     """config.json, vocab.json, one trajectory per run (attention rows apart, in
-    ``<run>_rows.npz``), stages.json and, for several seeds, stages_summary.json;
-    figures are drawn from these files."""
+    ``<run>_rows.npz``), row_phases.json (what each tracked row does,
+    ``gflow.text.row_phases``), stages.json and, for several seeds,
+    stages_summary.json; figures are drawn from these files."""
     out = Path(out)
     vocab = data.vocab
     write_json(
@@ -363,7 +365,7 @@ def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
     write_json(out / "vocab.json", vocab.frequency_table())
     if data.tokenizer is not None:  # the trained pieces, to reuse
         atomic_write_bytes(out / "tokenizer.json", data.tokenizer.to_json().encode())
-    stages = {}
+    stages, phases = {}, {}
     for name, traj in runs.items():
         metrics = dict(traj.metrics)
         rows = metrics.pop("attention_rows", None)  # None: a Transformer
@@ -379,8 +381,14 @@ def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
             buf = _io.BytesIO()
             np.savez(buf, t=traj.t, rows=rows, queries=np.asarray(data.queries))
             atomic_write_bytes(out / f"{name}_rows.npz", buf.getvalue())
+            phases[name] = {
+                vocab.tokens[q]: row_phases(traj.t, rows[:, j], vocab.tokens, q)
+                for j, q in enumerate(data.queries)
+            }
         stages[name] = _stages(saved)
     write_json(out / "stages.json", stages)
+    if phases:  # what each tracked query's row does (focus on, dilution from)
+        write_json(out / "row_phases.json", phases)
     if cfg.seeds > 1:
         write_json(out / "stages_summary.json", stages_summary(cfg, stages))
     return out
