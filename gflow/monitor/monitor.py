@@ -38,6 +38,7 @@ from gflow.analysis.online_stages import OnlineStageDetector
 from gflow.analysis.stages import StageDetector
 from gflow.dynamics.trajectory import Trajectory
 from gflow.monitor import logs
+from gflow.monitor.logs import load_monitor
 from gflow.monitor.signals import probe_signals
 from gflow.monitor.tensorboard import ScalarWriter
 from gflow.runs.environment import environment
@@ -115,9 +116,7 @@ class Monitor:
         self._probe = None  # the probe object last observed (identity, not value)
         self._shapes: dict[str, list[int]] | None = None
         self._rows: AppendLogs | None = None
-        self._t: list[float] = []
-        self._steps: list[int] = []
-        self._signals: list[dict[str, np.ndarray]] = []
+        self._last_step: int | None = None  # the signals themselves are on disk
         self._closed = False
 
     @property
@@ -166,17 +165,15 @@ class Monitor:
             self._obs = HeadObservables(tokens, self._obs.top, self._obs.tracked)
         self._probe = tokens
         clock = float(step if t is None else t)
-        if self._steps and step <= self._steps[-1]:
-            raise ValueError(f"steps must increase: {step} after {self._steps[-1]}")
+        if self._last_step is not None and step <= self._last_step:
+            raise ValueError(f"steps must increase: {step} after {self._last_step}")
         values = jax.device_get(probe_signals(model, self._obs, self.n_sv))
         values = {k: np.asarray(v, float) for k, v in values.items()}
         return self._record(int(step), clock, values)
 
     def _record(self, step: int, t: float, values: dict, *, replay=False) -> list[dict]:
         new = self.detector.update(step, t, values)
-        self._steps.append(step)
-        self._t.append(t)
-        self._signals.append(values)
+        self._last_step = step
         if replay:
             return new
         flat = [np.ravel(values[k]) for k in self._shapes]
@@ -273,12 +270,12 @@ class Monitor:
         }
 
     def trajectory(self) -> Trajectory:
-        """The signals observed so far as a Trajectory (t, metrics [n, ...])."""
-        if not self._signals:
+        """The signals observed so far as a Trajectory (t, metrics [n, ...]), read
+        back from metrics.csv (the monitor keeps no copy in memory, so a long
+        training loop does not grow it)."""
+        if self._last_step is None:
             raise ValueError("nothing observed yet")
-        metrics = {k: np.stack([s[k] for s in self._signals]) for k in self._signals[0]}
-        metrics["step"] = np.asarray(self._steps, float)
-        return Trajectory(t=np.asarray(self._t), metrics=metrics, final=None)
+        return load_monitor(self.out)[0]
 
     def offline_stages(self, detector: StageDetector | None = None) -> list[HeadStage]:
         """The offline rules (``detect_head_stages``) on the same signals."""
