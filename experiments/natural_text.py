@@ -55,7 +55,8 @@ class ExperimentConfig:
 def run(cfg: ExperimentConfig, *, key: int = 0):
     """Run GD and Adam on one corpus and write a ``gflow text`` run directory."""
     from gflow.plotting.text import plot_attention_rows, plot_text_summary
-    from gflow.runs.text_run import TextConfig, prepare, run_text, write_text_run
+    from gflow.runs.text_files import write_text_run
+    from gflow.runs.text_run import TextConfig, prepare, run_text
 
     tcfg = TextConfig(
         corpus=str(CORPORA[cfg.corpus]),

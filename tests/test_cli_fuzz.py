@@ -32,7 +32,13 @@ from gflow.cli.main import build_parser, main
 from gflow.dynamics.optimizers import OPTIMIZERS
 from gflow.runs.flow_run import SOLVERS, FlowConfig
 from gflow.runs.sweep_run import SweepConfig
-from gflow.runs.text_config import METHODS, MODELS, OPTIMIZER_NAMES, TOKENIZER_NAMES
+from gflow.runs.text_config import (
+    METHODS,
+    MODELS,
+    OPTIMIZER_NAMES,
+    TOKENIZER_NAMES,
+    TextConfig,
+)
 from gflow.runs.train_run import SCHEDULES, TrainConfig
 from gflow.text.fullbatch import SCHEDULES as TEXT_SCHEDULES
 from gflow.text.subword import WHITESPACE_MODES
@@ -439,6 +445,29 @@ FIELD_VALID = {
     ("TrainConfig", "segments"): lambda n: 1 <= n <= 300,
     ("TrainConfig", "max_len"): lambda n: n >= 64,
     ("TrainConfig", "vocab_size"): lambda n: n >= 2,
+    # TextConfig (a run's config.json, for --resume) against its defaults: the word
+    # tokeniser, the one-layer model, GD and full-batch Adam
+    ("TextConfig", "corpus"): lambda s: s != "",  # a missing file fails later
+    ("TextConfig", "tokenizer"): lambda s: s in TOKENIZER_NAMES,
+    ("TextConfig", "whitespace"): lambda s: s in WHITESPACE_MODES,
+    ("TextConfig", "tokenizer_file"): lambda s: False,  # only with bpe / unigram
+    ("TextConfig", "method"): lambda s: s in METHODS,
+    ("TextConfig", "model"): lambda s: s in MODELS,
+    ("TextConfig", "optimizer"): lambda s: s in OPTIMIZER_NAMES,
+    ("TextConfig", "schedule"): lambda s: s in TEXT_SCHEDULES,
+    ("TextConfig", "warmup"): _unit,
+    ("TextConfig", "atol"): _positive,
+    ("TextConfig", "final_lr"): lambda x: math.isfinite(x) and x >= 0,
+    ("TextConfig", "weight_decay"): lambda x: math.isfinite(x) and x >= 0,
+    ("TextConfig", "clip"): lambda x: math.isfinite(x) and x >= 0,
+    ("TextConfig", "opt_steps"): lambda n: n >= 0,
+    ("TextConfig", "batch"): lambda n: n >= 0,
+    ("TextConfig", "num_queries"): lambda n: n >= 0,
+    ("TextConfig", "sharpness_checks"): lambda n: n >= 0,
+    ("TextConfig", "seeds"): lambda n: 1 <= n <= 2**32,
+    ("TextConfig", "layers"): lambda n: n == 1,
+    ("TextConfig", "heads"): lambda n: n == 1,
+    ("TextConfig", "track"): lambda v: all(isinstance(x, str) for x in v),
 }
 _JSON_SCALARS = st.one_of(
     st.none(),
@@ -526,6 +555,8 @@ def _config_documents(cls):
 
     def field_doc(name, value, nested=None):
         doc = {name: value}
+        if cls is TextConfig and name != "corpus":  # the one setting without default
+            doc = {"corpus": "corpus.txt", **doc}
         if nested:  # a nested FlowConfig field of a SweepConfig
             doc = {nested: doc}
         return json.dumps({"config": doc}), {name, nested or name}
@@ -578,7 +609,8 @@ def _parses(text):
 @pytest.mark.parametrize(
     "command, option, cls",
     [("flow", "--config", FlowConfig), ("flow", "--resume", FlowConfig),
-     ("sweep", "--resume", SweepConfig), ("train", "--resume", TrainConfig)],
+     ("sweep", "--resume", SweepConfig), ("train", "--resume", TrainConfig),
+     ("text", "--resume", TextConfig)],
 )  # fmt: skip
 def test_malformed_config_file_is_one_line_exit_2(ws, command, option, cls):
     @settings(FUZZ, max_examples=50)

@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(
             f"gflow {args.command}: interrupted; finished work is saved "
-            "(a flow or sweep resumes with --resume RUN_DIR)",
+            "(a flow, sweep, train or text run resumes with --resume RUN_DIR)",
             file=sys.stderr,
         )
         return 130

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import time
 
-from gflow.cli.common import add_out_option, default_out
+from gflow.cli.common import (
+    add_out_option,
+    default_out,
+    load_config_file,
+    run_dir_arg,
+    start_log,
+)
 from gflow.cli.errors import UsageError
 
 
@@ -33,8 +39,9 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--corpus",
-        required=True,
-        help="a text file or folder, or 'wikitext' / 'tinystories' with --download",
+        default=None,
+        help="a text file or folder, or 'wikitext' / 'tinystories' with --download "
+        "(required unless --resume)",
     )
     p.add_argument(
         "--download",
@@ -42,6 +49,14 @@ def register(sub) -> None:
         help="allow fetching a hub corpus (needs pip install gflow[hf] and network)",
     )
     add_out_option(p, "text")
+    p.add_argument(
+        "--resume",
+        type=run_dir_arg,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue an interrupted run as configured in RUN_DIR/config.json, with "
+        "its tokenizer.json; every run that had finished is read back",
+    )
     p.add_argument(
         "--vocab-size",
         type=int,
@@ -188,58 +203,106 @@ def register(sub) -> None:
     p.set_defaults(handler=run)
 
 
+def _settings(args) -> dict:
+    """The TextConfig fields the options give."""
+    return dict(
+        corpus=args.corpus,
+        vocab_size=args.vocab_size,
+        tokenizer=args.tokenizer,
+        whitespace=args.whitespace,
+        tokenizer_file=args.tokenizer_file,
+        max_chars=args.max_chars,
+        download=args.download,
+        context=args.context,
+        windows=args.windows,
+        d_model=args.d_model,
+        model=args.model,
+        layers=args.layers,
+        heads=args.heads,
+        init_scale=args.init_scale,
+        seed=args.seed,
+        method=args.method,
+        lr=args.lr,
+        steps=args.steps,
+        rtol=args.rtol,
+        atol=args.atol,
+        optimizer=args.optimizer,
+        opt_lr=args.opt_lr,
+        opt_steps=args.opt_steps,
+        batch=args.batch,
+        schedule=args.schedule,
+        warmup=args.warmup,
+        final_lr=args.final_lr,
+        weight_decay=args.weight_decay,
+        clip=args.clip,
+        seeds=args.seeds,
+        all_positions=args.all_positions,
+        positional=args.positional,
+        track=tuple(t for t in args.track.split(",") if t),
+        num_queries=args.num_queries,
+        topk=args.topk,
+        num_saves=args.num_saves,
+        sharpness_checks=args.sharpness_checks,
+        x64=args.float64 or args.method == "flow",
+    )
+
+
+def _resume_settings(args, settings: dict) -> dict:
+    """The settings of ``--resume``'s config.json, its tokeniser read from the run's
+    tokenizer.json; refuses options that would change the run."""
+    from gflow.runs.text_config import TextConfig
+    from gflow.text.subword import KINDS
+
+    run_dir = args.resume
+    if not (run_dir / "config.json").exists():
+        raise UsageError(
+            f"--resume: {run_dir} has no config.json; give the directory of an "
+            "earlier 'gflow text' run"
+        )
+    default = TextConfig(corpus="-")
+    given = [
+        "--" + {"x64": "float64"}.get(k, k).replace("_", "-")
+        for k, v in settings.items()
+        if v != (None if k == "corpus" else getattr(default, k))
+    ]
+    given += ["--out"] if args.out is not None else []
+    if given:
+        raise UsageError(
+            f"--resume continues a run as configured; drop {', '.join(given)}"
+        )
+    saved = load_config_file(run_dir / "config.json", TextConfig, option="--resume")
+    saved["track"] = tuple(saved.get("track", ()))
+    if saved.get("tokenizer") in KINDS:
+        tokenizer = run_dir / "tokenizer.json"
+        if not tokenizer.exists():
+            raise UsageError(
+                f"--resume: {run_dir} has no tokenizer.json (its {saved['tokenizer']} "
+                "tokeniser); the run cannot be rebuilt as it was"
+            )
+        saved["tokenizer_file"] = str(tokenizer)
+    return saved
+
+
 def run(args) -> int:
     from gflow.runs.text_config import TextConfig
 
+    settings = _settings(args)
+    if args.resume is not None:
+        settings = _resume_settings(args, settings)
+    elif settings["corpus"] is None:
+        raise UsageError("give --corpus (a text file or folder), or --resume RUN_DIR")
     try:
-        cfg = TextConfig(
-            corpus=str(args.corpus),
-            vocab_size=args.vocab_size,
-            tokenizer=args.tokenizer,
-            whitespace=args.whitespace,
-            tokenizer_file=args.tokenizer_file,
-            max_chars=args.max_chars,
-            download=args.download,
-            context=args.context,
-            windows=args.windows,
-            d_model=args.d_model,
-            model=args.model,
-            layers=args.layers,
-            heads=args.heads,
-            init_scale=args.init_scale,
-            seed=args.seed,
-            method=args.method,
-            lr=args.lr,
-            steps=args.steps,
-            rtol=args.rtol,
-            atol=args.atol,
-            optimizer=args.optimizer,
-            opt_lr=args.opt_lr,
-            opt_steps=args.opt_steps,
-            batch=args.batch,
-            schedule=args.schedule,
-            warmup=args.warmup,
-            final_lr=args.final_lr,
-            weight_decay=args.weight_decay,
-            clip=args.clip,
-            seeds=args.seeds,
-            all_positions=args.all_positions,
-            positional=args.positional,
-            track=tuple(t for t in args.track.split(",") if t),
-            num_queries=args.num_queries,
-            topk=args.topk,
-            num_saves=args.num_saves,
-            sharpness_checks=args.sharpness_checks,
-            x64=args.float64 or args.method == "flow",
-        )
-    except ValueError as e:
+        cfg = TextConfig(**settings)
+    except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from None
     import jax
 
     jax.config.update("jax_enable_x64", cfg.x64)  # entry point: x64 is chosen here
     from gflow.plotting.text import plot_attention_rows, plot_text_summary
     from gflow.runs.files import read_json
-    from gflow.runs.text_run import prepare, run_text, write_text_run
+    from gflow.runs.text_files import write_text_run, write_text_start
+    from gflow.runs.text_pieces import RunPieces
+    from gflow.runs.text_run import prepare, run_text
     from gflow.runs.text_seeds import stages_summary, stages_table
     from gflow.text.row_phases import describe
     from gflow.text.stability import stability_line, stability_warning
@@ -253,10 +316,21 @@ def run(args) -> int:
             f"(unknown {data.vocab.frequencies[data.vocab.unk_id]:.1%}); "
             f"tracking {names}"
         )
+    out = write_text_start(args.resume or args.out or default_out("text"), cfg, data)
+    start_log(out)
     wall = {"prepare": time.perf_counter() - start}
-    runs = run_text(cfg, data)
+    total = len(cfg.seed_list) * len(cfg.base_names)
+    done = []
+
+    def report(name, traj, resumed):
+        done.append(name)
+        if not args.quiet:
+            how = "read back" if resumed else f"{traj.stats['wall_s']:.1f} s"
+            print(f"[{len(done)}/{total}] {name} {traj.status} ({how})", flush=True)
+
+    runs = run_text(cfg, data, pieces=RunPieces(out, cfg, data), report=report)
     wall["runs"] = time.perf_counter() - start - sum(wall.values())
-    out = write_text_run(args.out or default_out("text"), cfg, data, runs)
+    write_text_run(out, cfg, data, runs)
     wall["save"] = time.perf_counter() - start - sum(wall.values())
     if cfg.model == "attention":  # a Transformer has no attention rows
         for name in runs:

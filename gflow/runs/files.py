@@ -34,8 +34,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
-def write_json(path, obj) -> None:
-    """Atomically write ``obj`` as indented JSON (NumPy scalars and arrays allowed)."""
+def to_json(obj, indent: int | None = 2) -> str:
+    """``obj`` as JSON text, NumPy and JAX scalars and arrays written as lists."""
 
     def default(x):
         if isinstance(x, (np.generic, np.ndarray)):
@@ -44,9 +44,12 @@ def write_json(path, obj) -> None:
             return np.asarray(x).tolist()
         raise TypeError(f"cannot write {type(x).__name__} to JSON")
 
-    atomic_write_bytes(
-        path, (json.dumps(obj, indent=2, default=default) + "\n").encode()
-    )
+    return json.dumps(obj, indent=indent, default=default)
+
+
+def write_json(path, obj) -> None:
+    """Atomically write ``obj`` as indented JSON (NumPy scalars and arrays allowed)."""
+    atomic_write_bytes(path, (to_json(obj) + "\n").encode())
 
 
 def read_json(path):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io as _io
 import time
 from pathlib import Path
 
@@ -35,15 +34,11 @@ from gflow.dynamics.optimizers import SGD, Adam, AdamW
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.model import AttentionModel
 from gflow.problems.transformer import Transformer
-from gflow.runs.files import atomic_write_bytes, write_json
 from gflow.runs.text_config import PAPER_QUERIES, TextConfig
-from gflow.runs.text_seeds import stages_summary
-from gflow.runs.trajectory_files import save_trajectory
 from gflow.text.corpus import load_corpus
 from gflow.text.fullbatch import run_full_batch, warmup_cosine
 from gflow.text.observables import TextObservables, default_queries, observe_snapshots
 from gflow.text.positional import PositionalAttentionModel, TextLoss
-from gflow.text.row_phases import row_phases
 from gflow.text.stability import stability_check
 from gflow.text.subword import KINDS, SubwordTokenizer
 from gflow.text.tokenize import TOKENIZERS, Vocabulary
@@ -196,7 +191,9 @@ def _observed(traj: Trajectory, obs, heads, loop_s: float) -> Trajectory:
 HEAD_METRICS = {"sv_W_A": "head_sv_W_A"}
 
 
-def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
+def run_text(
+    cfg: TextConfig, data: TextData, pieces=None, report=None
+) -> dict[str, Trajectory]:
     """Every seed's deterministic run (``cfg.method``) and optimizer arm, each pair
     from one init; names as ``cfg.run_names``.
 
@@ -205,6 +202,10 @@ def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
     the loss gradient. Full-batch GD and every full-batch arm share one compiled loop
     (``run_full_batch``: method, step sizes, decay, clipping and steps are traced),
     and the seeds run in a loop that reuses every compiled program.
+
+    ``pieces`` (a ``RunPieces``) saves each run as it ends and reads back those
+    already saved (a resumed run); ``report(name, traj, resumed)`` is called after
+    each run.
     """
     d = len(data.vocab)
     loss = TextLoss(data.sample, d_vocab=d, all_positions=cfg.all_positions)
@@ -221,18 +222,31 @@ def run_text(cfg: TextConfig, data: TextData) -> dict[str, Trajectory]:
         shared["tx"] = arm_transform(cfg, dtype)
     runs = {}
     for seed in cfg.seed_list:
-        one = _run_seed(cfg, seed, loss, obs, heads, d, shared)
-        runs.update(zip(cfg.run_names(seed), one))
+        model = init_model(cfg, d, seed)
+        for name, arm in zip(cfg.run_names(seed), (_reference, _arm)):
+            traj = None if pieces is None else pieces.load(name, model)
+            resumed = traj is not None
+            if not resumed:
+                start = time.perf_counter()
+                traj = arm(cfg, seed, model, loss, shared)
+                loop_s = time.perf_counter() - start
+                if arm is _reference and cfg.method == "gd":
+                    traj = _checked(cfg, loss, traj, seed)  # timed apart
+                traj = _observed(traj, obs, heads, loop_s)
+                traj = dataclasses.replace(traj, info={**traj.info, "seed": seed})
+                if pieces is not None:
+                    pieces.save(name, traj)
+            runs[name] = traj
+            if report is not None:
+                report(name, traj, resumed)
     return runs
 
 
-def _run_seed(cfg: TextConfig, seed: int, loss, obs, heads, d, shared):
-    """The reference run and the optimizer arm of one seed."""
-    model = init_model(cfg, d, seed)
-    runs = []
-    start = time.perf_counter()
+def _reference(cfg: TextConfig, seed: int, model, loss, shared) -> Trajectory:
+    """The deterministic run of one seed: full-batch GD of step ``lr`` or the Tsit5
+    flow to ``steps``·``lr``, with parameter snapshots."""
     if cfg.method == "gd":
-        ref = run_full_batch(
+        return run_full_batch(
             loss,
             model,
             optimizer=SGD(),
@@ -240,67 +254,62 @@ def _run_seed(cfg: TextConfig, seed: int, loss, obs, heads, d, shared):
             steps=cfg.steps,
             num_saves=cfg.num_saves,
         )
-        loop_s = time.perf_counter() - start
-        ref = _checked(cfg, loss, ref, seed)  # timed apart: stats["sharpness_s"]
-    else:
-        t1 = cfg.steps * cfg.lr
-        ref = solve_flow(
+    t1 = cfg.steps * cfg.lr
+    return solve_flow(
+        loss,
+        model,
+        t1=t1,
+        ts=np.linspace(0.0, t1, cfg.num_saves + 1),
+        rtol=cfg.rtol,
+        atol=cfg.atol,
+        save_params=True,
+        progress=False,
+    )
+
+
+def _arm(cfg: TextConfig, seed: int, model, loss, shared) -> Trajectory:
+    """The optimizer arm of one seed, with parameter snapshots."""
+    if cfg.batch:
+        traj = run_minibatch(
             loss,
             model,
-            t1=t1,
-            ts=np.linspace(0.0, t1, cfg.num_saves + 1),
-            rtol=cfg.rtol,
-            atol=cfg.atol,
+            shared["tx"],
+            shared["stream"],
+            steps=cfg.opt_steps,
+            learning_rate=step_size(cfg, np.float64),
+            key=jax.random.key(seed + 1),
+            save_every=max(1, cfg.opt_steps // cfg.num_saves),
             save_params=True,
-            progress=False,
         )
-        loop_s = time.perf_counter() - start
-    runs.append(_observed(ref, obs, heads, loop_s))
-    if cfg.opt_steps:
-        start = time.perf_counter()
-        if cfg.batch:
-            traj = run_minibatch(
-                loss,
-                model,
-                shared["tx"],
-                shared["stream"],
-                steps=cfg.opt_steps,
-                learning_rate=step_size(cfg, np.float64),
-                key=jax.random.key(seed + 1),
-                save_every=max(1, cfg.opt_steps // cfg.num_saves),
-                save_params=True,
-            )
-        else:
-            optimizer = {
-                "gd": SGD(),
-                "adam": Adam(),
-                "adamw": AdamW(weight_decay=cfg.weight_decay),
-            }[cfg.optimizer]
-            traj = run_full_batch(
-                loss,
-                model,
-                optimizer=optimizer,
-                learning_rate=cfg.opt_lr,
-                steps=cfg.opt_steps,
-                num_saves=cfg.num_saves,
-                schedule=cfg.schedule,
-                warmup=cfg.warmup_steps,
-                final_lr=cfg.final_lr,
-                clip=cfg.clip,
-            )
-        arm = {
-            "optimizer": cfg.optimizer,
-            "batch": cfg.batch,
-            "schedule": cfg.schedule,
-            "peak_lr": cfg.opt_lr,
-            "warmup_steps": cfg.warmup_steps,
-            "final_lr": cfg.final_lr,
-            "weight_decay": cfg.weight_decay if cfg.optimizer == "adamw" else 0.0,
-            "clip": cfg.clip,
-        }
-        traj = dataclasses.replace(traj, info={**traj.info, **arm})
-        runs.append(_observed(traj, obs, heads, time.perf_counter() - start))
-    return [dataclasses.replace(r, info={**r.info, "seed": seed}) for r in runs]
+    else:
+        optimizer = {
+            "gd": SGD(),
+            "adam": Adam(),
+            "adamw": AdamW(weight_decay=cfg.weight_decay),
+        }[cfg.optimizer]
+        traj = run_full_batch(
+            loss,
+            model,
+            optimizer=optimizer,
+            learning_rate=cfg.opt_lr,
+            steps=cfg.opt_steps,
+            num_saves=cfg.num_saves,
+            schedule=cfg.schedule,
+            warmup=cfg.warmup_steps,
+            final_lr=cfg.final_lr,
+            clip=cfg.clip,
+        )
+    arm = {
+        "optimizer": cfg.optimizer,
+        "batch": cfg.batch,
+        "schedule": cfg.schedule,
+        "peak_lr": cfg.opt_lr,
+        "warmup_steps": cfg.warmup_steps,
+        "final_lr": cfg.final_lr,
+        "weight_decay": cfg.weight_decay if cfg.optimizer == "adamw" else 0.0,
+        "clip": cfg.clip,
+    }
+    return dataclasses.replace(traj, info={**traj.info, **arm})
 
 
 def _checked(cfg: TextConfig, loss, ref: Trajectory, seed: int) -> Trajectory:
@@ -316,79 +325,3 @@ def _checked(cfg: TextConfig, loss, ref: Trajectory, seed: int) -> Trajectory:
         info={**ref.info, "stability": check},
         stats={**ref.stats, "sharpness_s": time.perf_counter() - start},
     )
-
-
-def _stages(traj: Trajectory):
-    """The stages of a run: ``gflow.detect_stages`` where its Markov observables
-    apply, else ``detect_head_stages`` on the run's one attention head (the
-    ``head_*`` metrics: ``HeadObservables`` on the fixed sample, with the tracked
-    queries and the most frequent type as top)."""
-    from gflow.analysis.head_stages import detect_head_stages
-    from gflow.analysis.stages import detect_stages
-
-    try:
-        if "attention" in traj.metrics:
-            return {
-                "available": True,
-                "stages": [s.to_dict() for s in detect_stages(traj)],
-            }
-        metrics = {**traj.metrics, "sv_W_A": traj.metrics.get("head_sv_W_A")}
-        view = dataclasses.replace(traj, metrics=metrics)
-        return {
-            "available": True,
-            "rule": "detect_head_stages",
-            "stages": [s.to_dict() for s in detect_head_stages(view)],
-        }
-    except Exception as e:  # its inputs may not fit a text run: record why
-        return {"available": False, "why": f"{type(e).__name__}: {e}"}
-
-
-def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
-    """config.json, vocab.json, one trajectory per run (attention rows apart, in
-    ``<run>_rows.npz``), row_phases.json (what each tracked row does,
-    ``gflow.text.row_phases``), stages.json and, for several seeds,
-    stages_summary.json; figures are drawn from these files."""
-    out = Path(out)
-    vocab = data.vocab
-    write_json(
-        out / "config.json",
-        {
-            "config": dataclasses.asdict(cfg),
-            "d_vocab": len(vocab),
-            "n_tokens": int(data.ids.shape[0]),
-            "unk_frequency": float(vocab.frequencies[vocab.unk_id]),
-            "queries": {vocab.tokens[q]: q for q in data.queries},
-            "top": [vocab.tokens[i] for i in data.top],
-            "runs": list(runs),
-        },
-    )
-    write_json(out / "vocab.json", vocab.frequency_table())
-    if data.tokenizer is not None:  # the trained pieces, to reuse
-        atomic_write_bytes(out / "tokenizer.json", data.tokenizer.to_json().encode())
-    stages, phases = {}, {}
-    for name, traj in runs.items():
-        metrics = dict(traj.metrics)
-        rows = metrics.pop("attention_rows", None)  # None: a Transformer
-        final = traj.final
-        if isinstance(final, PositionalAttentionModel):
-            buf = _io.BytesIO()
-            np.save(buf, np.asarray(final.W_pos))
-            atomic_write_bytes(out / f"{name}_W_pos.npy", buf.getvalue())
-            final = final.base
-        saved = dataclasses.replace(traj, metrics=metrics, final=final, params=None)
-        save_trajectory(out, saved, name=name)
-        if rows is not None:
-            buf = _io.BytesIO()
-            np.savez(buf, t=traj.t, rows=rows, queries=np.asarray(data.queries))
-            atomic_write_bytes(out / f"{name}_rows.npz", buf.getvalue())
-            phases[name] = {
-                vocab.tokens[q]: row_phases(traj.t, rows[:, j], vocab.tokens, q)
-                for j, q in enumerate(data.queries)
-            }
-        stages[name] = _stages(saved)
-    write_json(out / "stages.json", stages)
-    if phases:  # what each tracked query's row does (focus on, dilution from)
-        write_json(out / "row_phases.json", phases)
-    if cfg.seeds > 1:
-        write_json(out / "stages_summary.json", stages_summary(cfg, stages))
-    return out

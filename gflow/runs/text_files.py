@@ -1,0 +1,104 @@
+"""The files of a text run directory (``gflow text``): what is known before the runs
+(``write_text_start``) and, after them, every run's trajectory, attention rows, row
+phases and stages (``write_text_run``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import io as _io
+from pathlib import Path
+
+import numpy as np
+
+from gflow.dynamics.trajectory import Trajectory
+from gflow.runs.files import atomic_write_bytes, write_json
+from gflow.runs.text_config import TextConfig
+from gflow.runs.text_run import TextData
+from gflow.runs.text_seeds import stages_summary
+from gflow.runs.trajectory_files import save_trajectory
+from gflow.text.positional import PositionalAttentionModel
+from gflow.text.row_phases import row_phases
+
+
+def _stages(traj: Trajectory):
+    """The stages of a run: ``gflow.detect_stages`` where its Markov observables
+    apply, else ``detect_head_stages`` on the run's one attention head (the
+    ``head_*`` metrics: ``HeadObservables`` on the fixed sample, with the tracked
+    queries and the most frequent type as top)."""
+    from gflow.analysis.head_stages import detect_head_stages
+    from gflow.analysis.stages import detect_stages
+
+    try:
+        if "attention" in traj.metrics:
+            return {
+                "available": True,
+                "stages": [s.to_dict() for s in detect_stages(traj)],
+            }
+        metrics = {**traj.metrics, "sv_W_A": traj.metrics.get("head_sv_W_A")}
+        view = dataclasses.replace(traj, metrics=metrics)
+        return {
+            "available": True,
+            "rule": "detect_head_stages",
+            "stages": [s.to_dict() for s in detect_head_stages(view)],
+        }
+    except Exception as e:  # its inputs may not fit a text run: record why
+        return {"available": False, "why": f"{type(e).__name__}: {e}"}
+
+
+def write_text_start(out, cfg: TextConfig, data: TextData) -> Path:
+    """What a text run knows before it runs: config.json, vocab.json and the trained
+    subword tokeniser (tokenizer.json), so that ``--resume`` can rebuild its data."""
+    out = Path(out)
+    vocab = data.vocab
+    write_json(
+        out / "config.json",
+        {
+            "config": dataclasses.asdict(cfg),
+            "d_vocab": len(vocab),
+            "n_tokens": int(data.ids.shape[0]),
+            "unk_frequency": float(vocab.frequencies[vocab.unk_id]),
+            "queries": {vocab.tokens[q]: q for q in data.queries},
+            "top": [vocab.tokens[i] for i in data.top],
+            "runs": [n for seed in cfg.seed_list for n in cfg.run_names(seed)],
+        },
+    )
+    write_json(out / "vocab.json", vocab.frequency_table())
+    if data.tokenizer is not None:  # the trained pieces, to reuse
+        atomic_write_bytes(out / "tokenizer.json", data.tokenizer.to_json().encode())
+    return out
+
+
+def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
+    """``write_text_start``'s files, one trajectory per run (attention rows apart, in
+    ``<run>_rows.npz``), row_phases.json (what each tracked row does,
+    ``gflow.text.row_phases``), stages.json and, for several seeds,
+    stages_summary.json; figures are drawn from these files."""
+    out = write_text_start(out, cfg, data)
+    vocab = data.vocab
+    stages, phases = {}, {}
+    for name, traj in runs.items():
+        metrics = dict(traj.metrics)
+        rows = metrics.pop("attention_rows", None)  # None: a Transformer
+        final = traj.final
+        if isinstance(final, PositionalAttentionModel):
+            buf = _io.BytesIO()
+            np.save(buf, np.asarray(final.W_pos))
+            atomic_write_bytes(out / f"{name}_W_pos.npy", buf.getvalue())
+            final = final.base
+        saved = dataclasses.replace(traj, metrics=metrics, final=final, params=None)
+        save_trajectory(out, saved, name=name)
+        if rows is not None:
+            buf = _io.BytesIO()
+            np.savez(buf, t=traj.t, rows=rows, queries=np.asarray(data.queries))
+            atomic_write_bytes(out / f"{name}_rows.npz", buf.getvalue())
+            phases[name] = {
+                vocab.tokens[q]: row_phases(traj.t, rows[:, j], vocab.tokens, q)
+                for j, q in enumerate(data.queries)
+            }
+        stages[name] = _stages(saved)
+    write_json(out / "stages.json", stages)
+    if phases:  # what each tracked query's row does (focus on, dilution from)
+        write_json(out / "row_phases.json", phases)
+    if cfg.seeds > 1:
+        write_json(out / "stages_summary.json", stages_summary(cfg, stages))
+    return out

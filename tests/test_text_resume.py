@@ -1,0 +1,144 @@
+"""``gflow text --resume``: an interrupted text run continues from the runs that had
+finished (read back, not recomputed), with its own tokenizer.json, and ends equal
+bit for bit to a run that never stopped."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gflow.runs.text_run as text_run
+from gflow.cli.main import main
+from gflow.runs.trajectory_files import load_trajectory
+
+
+def _story(path: Path) -> Path:
+    rng = np.random.default_rng(3)
+    words = ["the", "cat", "dog", "sat", "ran", "on", "mat", "big", "red", "a"]
+    p = 1.0 / np.arange(1, len(words) + 1)
+    sents = [
+        " ".join(rng.choice(words, size=6, p=p / p.sum())) + "." for _ in range(300)
+    ]
+    path.write_text(" ".join(sents))
+    return path
+
+
+def _args(corpus, out):
+    return ["text", "--corpus", str(corpus), "--tokenizer", "bpe",
+            "--vocab-size", "40", "--context", "6", "--windows", "48",
+            "--steps", "12", "--opt-steps", "6", "--num-saves", "3",
+            "--num-queries", "1", "--sharpness-checks", "2", "--seeds", "2",
+            "--out", str(out)]  # fmt: skip
+
+
+@pytest.mark.slow  # four CLI runs' compilations: ~1 min on 2 cores
+def test_interrupted_text_run_resumes_bit_for_bit(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("tokenizers")
+    corpus = _story(tmp_path / "story.txt")
+    assert main(["--quiet", *_args(corpus, tmp_path / "whole")]) == 0
+
+    arm = text_run._arm
+    calls = []
+
+    def killed_in_the_second_arm(cfg, seed, *a):
+        calls.append(seed)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # as a Ctrl-C in seed 1's optimizer arm
+        return arm(cfg, seed, *a)
+
+    monkeypatch.setattr(text_run, "_arm", killed_in_the_second_arm)
+    cut = tmp_path / "cut"
+    assert main(_args(corpus, cut)) == 130
+    assert "--resume" in capsys.readouterr().err
+    assert sorted(p.name for p in (cut / "pieces").iterdir()) == [
+        "adam_s0-000.npz", "gd_s0-000.npz", "gd_s1-000.npz"
+    ]  # fmt: skip
+    assert (cut / "tokenizer.json").exists() and not (cut / "stages.json").exists()
+    monkeypatch.setattr(text_run, "_arm", arm)
+
+    assert main(["text", "--resume", str(cut)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(read back)") == 3 and "[4/4] adam_s1 success" in out
+    for name in ("gd_s0", "adam_s0", "gd_s1", "adam_s1"):
+        a = load_trajectory(tmp_path / "whole", name=name)
+        b = load_trajectory(cut, name=name)
+        assert a.metrics.keys() == b.metrics.keys()
+        for k in a.metrics:
+            np.testing.assert_array_equal(a.metrics[k], b.metrics[k], err_msg=k)
+        np.testing.assert_array_equal(a.final.W_E, b.final.W_E)
+        assert a.info["seed"] == b.info["seed"]
+    for f in ("stages.json", "row_phases.json", "stages_summary.json"):
+        whole = json.loads((tmp_path / "whole" / f).read_text())
+        assert whole == json.loads((cut / f).read_text()), f
+    assert "stability" in load_trajectory(cut, name="gd_s0").info
+
+
+def test_resume_refuses_options_and_missing_files(tmp_path, capsys):
+    """--resume takes no settings (they are the run's), needs config.json and, for a
+    subword run, tokenizer.json; without --resume, --corpus is required."""
+    assert main(["text", "--resume", str(tmp_path)]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+    assert main(["text", "--vocab-size", "40"]) == 2
+    assert "give --corpus" in capsys.readouterr().err
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(
+        json.dumps({"config": {"corpus": "x.txt", "tokenizer": "bpe"}})
+    )
+    err = "--resume continues a run as configured; drop --vocab-size, --float64, --out"
+    assert (
+        main(
+            [
+                "text",
+                "--resume",
+                str(run),
+                "--vocab-size",
+                "40",
+                "--float64",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2  # fmt: skip
+    )
+    assert err in capsys.readouterr().err
+    assert main(["text", "--resume", str(run)]) == 2
+    assert "has no tokenizer.json" in capsys.readouterr().err
+    (run / "config.json").write_text(json.dumps({"config": {"corpus": 3}}))
+    assert main(["text", "--resume", str(run)]) == 2
+    assert "corpus" in capsys.readouterr().err
+
+
+def test_a_piece_of_another_configuration_is_refused(tmp_path):
+    """A finished run saved under one configuration is not read back into another
+    (its fingerprint differs), and a run with snapshots is refused on saving."""
+    from gflow.runs.text_config import TextConfig
+    from gflow.runs.text_pieces import RunPieces
+    from gflow.runs.text_run import init_model, prepare
+
+    corpus = _story(tmp_path / "story.txt")
+    cfg = TextConfig(corpus=str(corpus), vocab_size=12, context=4, windows=16)
+    data = prepare(cfg)
+    model = init_model(cfg, len(data.vocab))
+    from gflow.dynamics.trajectory import Trajectory
+
+    traj = Trajectory(
+        t=np.arange(3.0), metrics={"loss": np.ones(3)}, final=model,
+        info={"seed": 0, "stability": {"ratio": np.float32(0.5)}}, stats={"s": 1.0},
+    )  # fmt: skip
+    pieces = RunPieces(tmp_path, cfg, data)
+    assert pieces.load("gd", model) is None
+    pieces.save("gd", traj)
+    back = pieces.load("gd", model)
+    np.testing.assert_array_equal(back.final.W_E, model.W_E)
+    assert back.info == {"seed": 0, "stability": {"ratio": 0.5}}
+    assert back.status == "success" and back.stats == {"s": 1.0}
+    other = RunPieces(tmp_path, TextConfig(**{**cfg.__dict__, "lr": 0.1}), data)
+    with pytest.raises(ValueError, match="different configuration"):
+        other.load("gd", model)
+    same = TextConfig(**{**cfg.__dict__, "tokenizer_file": None, "download": True})
+    assert RunPieces(tmp_path, same, data).load("gd", model) is not None
+    with pytest.raises(ValueError, match="snapshots"):
+        pieces.save("x", Trajectory(t=traj.t, metrics=traj.metrics, final=model,
+                                    params=model))  # fmt: skip
