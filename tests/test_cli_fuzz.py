@@ -107,6 +107,7 @@ VALID = {
     ("text", "--opt-steps"): lambda n: n >= 0,  # alias --adam-steps
     ("text", "--batch"): lambda n: n >= 0,  # alias --adam-batch
     ("text", "--num-queries"): lambda n: n >= 0,
+    ("text", "--row-windows"): lambda n: n >= 0,
     ("text", "--sharpness-checks"): lambda n: n >= 0,
     ("text", "--warmup"): _unit,
     ("text", "--final-lr"): lambda x: math.isfinite(x) and x >= 0,
@@ -463,6 +464,7 @@ FIELD_VALID = {
     ("TextConfig", "opt_steps"): lambda n: n >= 0,
     ("TextConfig", "batch"): lambda n: n >= 0,
     ("TextConfig", "num_queries"): lambda n: n >= 0,
+    ("TextConfig", "row_windows"): lambda n: n >= 0,
     ("TextConfig", "sharpness_checks"): lambda n: n >= 0,
     ("TextConfig", "seeds"): lambda n: 1 <= n <= 2**32,
     ("TextConfig", "layers"): lambda n: n == 1,

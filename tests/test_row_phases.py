@@ -56,3 +56,17 @@ def test_bad_shapes_are_refused(unchecked):
         row_phases(np.arange(3.0), np.zeros((4, 2)), ["a", "b"], 0)
     with pytest.raises(ValueError, match="tokens"):
         row_phases(np.arange(3.0), np.zeros((3, 2)), ["a"], 0)
+
+
+def test_a_jump_within_one_save_shows_its_whole_size():
+    """A row that leaps from 0.1 to 1.0 between two saves (GD at the edge of
+    stability does) reports mass_before from the save before the leap."""
+    t = np.arange(10.0)
+    top = np.where(t < 5, 0.1, 1.0)
+    rest = (1.0 - top) / 2
+    row = np.stack([top, rest, rest], axis=1)  # key 0 takes it all at t = 5
+    (move,) = row_phases(t, row, ["▁", "x", "y"], query=1)
+    assert move["phase"] == "focus" and move["key"] == "▁"
+    assert move["t_start"] == move["t_end"] == 5.0
+    assert move["mass_before"] == pytest.approx(0.45)  # the largest before it
+    assert move["mass_after"] == 1.0

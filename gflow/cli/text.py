@@ -190,6 +190,13 @@ def register(sub) -> None:
         help="comma-separated query tokens to track (besides the automatic ones)",
     )
     p.add_argument("--num-queries", type=int, default=d.num_queries)
+    p.add_argument(
+        "--row-windows",
+        type=int,
+        default=d.row_windows,
+        help="a tracked row is measured on the fixed sample and this many more "
+        "windows ending at its query, spread over the corpus (0: the sample only)",
+    )
     p.add_argument("--topk", type=int, default=d.topk)
     p.add_argument("--num-saves", type=int, default=d.num_saves)
     p.add_argument(
@@ -240,6 +247,7 @@ def _settings(args) -> dict:
         positional=args.positional,
         track=tuple(t for t in args.track.split(",") if t),
         num_queries=args.num_queries,
+        row_windows=args.row_windows,
         topk=args.topk,
         num_saves=args.num_saves,
         sharpness_checks=args.sharpness_checks,

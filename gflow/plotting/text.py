@@ -1,7 +1,7 @@
 """Figures of text runs (``gflow text``): attention-row heat maps and summaries.
 
-Reads the files ``gflow.runs.text_files.write_text_run`` saved; imports matplotlib through
-``gflow.plotting.flow``.
+Reads the files ``gflow.runs.text_files.write_text_run`` saved; imports matplotlib
+through ``gflow.plotting.flow``.
 """
 
 from __future__ import annotations

@@ -52,6 +52,10 @@ class TextConfig:
     ``positional``) instead of the one-layer model; its observables are the per-head
     ones (``HeadObservables``).
 
+    The tracked queries' rows are measured on the fixed sample and on up to
+    ``row_windows`` more windows ending at each of them (spread over the corpus), so
+    that a rare query's row is not an average over a handful of windows or none.
+
     ``sharpness_checks`` = k measures λ_max of the loss Hessian at k of the GD
     reference run's saves (``gflow.text.stability``; 0: off) and reports η·λ_max/2.
     """
@@ -90,6 +94,7 @@ class TextConfig:
     positional: bool = False
     track: tuple[str, ...] = ()
     num_queries: int = 4
+    row_windows: int = 32
     topk: int = 5
     num_saves: int = 100
     sharpness_checks: int = 6
@@ -121,7 +126,8 @@ class TextConfig:
                      "layers", "heads"):  # fmt: skip
             if getattr(self, name) < 1:
                 bad(name, f"must be a positive integer, got {getattr(self, name)}")
-        for name in ("opt_steps", "batch", "num_queries", "sharpness_checks"):
+        for name in ("opt_steps", "batch", "num_queries", "sharpness_checks",
+                     "row_windows"):  # fmt: skip
             if getattr(self, name) < 0:
                 bad(name, f"must be >= 0, got {getattr(self, name)}")
         for name in ("init_scale", "lr", "opt_lr", "rtol", "atol"):

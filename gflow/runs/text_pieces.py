@@ -37,7 +37,9 @@ def text_fingerprint(cfg, data) -> str:
     settings["vocab"] = list(data.vocab.tokens)
     settings["queries"] = list(data.queries)
     settings["top"] = list(data.top)
-    return fingerprint(np.asarray(data.sample), settings=settings)
+    return fingerprint(
+        np.asarray(data.sample), np.asarray(data.row_sample), settings=settings
+    )
 
 
 class RunPieces:

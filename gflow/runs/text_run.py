@@ -43,7 +43,7 @@ from gflow.text.stability import stability_check
 from gflow.text.subword import KINDS, SubwordTokenizer
 from gflow.text.tokenize import TOKENIZERS, Vocabulary
 from gflow.text.train import run_minibatch
-from gflow.text.windows import WindowStream, fixed_sample
+from gflow.text.windows import WindowStream, fixed_sample, query_windows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +56,7 @@ class TextData:
     queries: tuple[int, ...]
     top: tuple[int, ...]
     tokenizer: SubwordTokenizer | None = None
+    row_sample: np.ndarray | None = None  # int32 [r, context + 1]: the rows' extra
 
 
 def prepare(cfg: TextConfig) -> TextData:
@@ -80,7 +81,8 @@ def prepare(cfg: TextConfig) -> TextData:
     auto = default_queries(vocab, sample, num=cfg.num_queries)
     queries = tuple(dict.fromkeys([*named, *auto]))
     top = tuple(range(min(cfg.topk, len(vocab))))  # ids are ranks by frequency
-    return TextData(vocab, ids, sample, queries, top, subword)
+    rows = query_windows(ids, queries, length=cfg.context, per_query=cfg.row_windows)
+    return TextData(vocab, ids, sample, queries, top, subword, rows)
 
 
 def _subword(cfg: TextConfig, text: str) -> SubwordTokenizer:
@@ -212,8 +214,9 @@ def run_text(
     obs = None  # a Transformer's observables are the per-head ones only
     if cfg.model == "attention":
         obs = TextObservables(
-            data.sample, list(data.queries), list(data.top), d_vocab=d
-        )
+            data.sample, list(data.queries), list(data.top), d_vocab=d,
+            row_windows=data.row_sample,
+        )  # fmt: skip
     heads = HeadObservables(data.sample, data.top[0], list(data.queries))
     dtype = np.float64 if cfg.x64 else np.float32
     shared = {}  # built once for all seeds, so that no program is compiled twice

@@ -80,6 +80,7 @@ class TextObservables(eqx.Module):
     queries: Int[Array, " q"]
     top: Int[Array, " k"]
     n_sv: int = eqx.field(static=True, default=4)
+    n_sample: int = eqx.field(static=True, default=-1)
 
     def __init__(
         self,
@@ -89,12 +90,20 @@ class TextObservables(eqx.Module):
         *,
         n_sv: int = 4,
         d_vocab: int | None = None,
+        row_windows: Int[ArrayLike, "r s1"] | None = None,
     ):
         """Args: windows int [n, s+1] (the targets are dropped); queries int [q];
         top int [k], the ids of the k most frequent types (top[0] the most);
         d_vocab: given, w_n is computed in the counts form (no scatter; not for
-        positional models, which fall back to the per-position form)."""
-        self.contexts = jnp.asarray(np.asarray(windows)[:, :-1], dtype=jnp.int32)
+        positional models, which fall back to the per-position form);
+        row_windows: more windows [r, s+1] that the query rows (and only they) are
+        also averaged over (``query_windows``: rare queries end few sample windows);
+        the means over all windows stay over ``windows``."""
+        windows = np.asarray(windows)
+        self.n_sample = windows.shape[0]
+        if row_windows is not None:
+            windows = np.concatenate([windows, np.asarray(row_windows, windows.dtype)])
+        self.contexts = jnp.asarray(windows[:, :-1], dtype=jnp.int32)
         self.log_counts = (
             None
             if d_vocab is None
@@ -125,8 +134,8 @@ class TextObservables(eqx.Module):
             "query_on_top1": rows[:, self.top[0]],
             "query_on_topk": rows[:, self.top].sum(axis=1),
             "query_on_self": rows[q_idx, self.queries],
-            "attention_entropy": jnp.mean(entropy(w)),
-            "attention_on_top": jnp.mean(w[:, self.top[0]]),
+            "attention_entropy": jnp.mean(entropy(w[: self.n_sample])),
+            "attention_on_top": jnp.mean(w[: self.n_sample, self.top[0]]),
             "sv_W_E": singular_values(base.W_E)[:k],
             "sv_W_P": singular_values(base.W_P)[:k],
             "sv_W_A": singular_values(base.W_A)[:k],

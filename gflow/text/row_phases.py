@@ -38,8 +38,9 @@ def row_phases(
     Returns:
         One dict per move: ``phase`` ("focus" or "dilution"), ``t_start``, ``t_end``,
         ``key`` (the key focused on, or diluted from), ``self`` (whether that key is
-        the query itself), ``mass_before`` and ``mass_after`` (the largest entry at
-        the move's ends).
+        the query itself), ``mass_before`` (the largest entry at the save before the
+        move's 5% point, so that a move within one save interval shows its whole
+        size) and ``mass_after`` (at its 95% point).
     """
     t, row = np.asarray(t, float), np.asarray(row, float)
     if row.ndim != 2 or row.shape[0] != t.size:
@@ -64,7 +65,7 @@ def row_phases(
                     "t_end": float(t1),
                     "key": tokens[k],
                     "self": k == query,
-                    "mass_before": float(peak[i0]),
+                    "mass_before": float(peak[max(i0 - 1, 0)]),  # before the 5%
                     "mass_after": float(peak[i1]),
                 }
             )

@@ -53,6 +53,35 @@ def fixed_sample(
     return ids[starts[:, None] + np.arange(length + 1)].astype(np.int32)
 
 
+def query_windows(
+    ids: Int[ArrayLike, " n"] | Sequence[int],
+    queries: Sequence[int],
+    *,
+    length: int,
+    per_query: int,
+) -> Int[np.ndarray, "b s1"]:
+    """Up to ``per_query`` windows whose last context token is each query, at evenly
+    spaced occurrences of it over the stream (deterministic): what a tracked row is
+    measured on when the fixed sample ends at a rare query only a few times or never.
+
+    Returns:
+        int32 [b, length + 1], the windows of ``queries[0]`` first; b is below
+        ``len(queries) * per_query`` for queries that occur fewer times.
+    """
+    ids = _check(ids, length)
+    if not isinstance(per_query, (int, np.integer)) or per_query < 0:
+        raise ValueError(f"per_query must be an integer >= 0, got {per_query!r}")
+    ends = np.arange(length - 1, ids.shape[0] - 1)  # the window's last context token
+    out = [np.zeros((0, length + 1), np.int32)]
+    for q in queries:
+        at = ends[ids[ends] == q]
+        if at.size == 0 or per_query == 0:
+            continue
+        pick = at[np.unique(np.linspace(0, at.size - 1, per_query).round().astype(int))]
+        out.append(ids[pick[:, None] + np.arange(-length + 1, 2)].astype(np.int32))
+    return np.concatenate(out)
+
+
 class WindowStream(eqx.Module):
     """Minibatches of random windows, keyed by ``jax.random`` (jit- and scan-safe).
 
