@@ -8,6 +8,12 @@ chunk is the same compiled program); each chunk is one piece of the checkpoint d
 before the next one starts. Called again with the same directory and fingerprint,
 finished chunks are read back instead of recomputed (a chunk of another configuration
 is refused); the same chunk size gives bit-identical members.
+
+Over several processes (``gflow.runs.distributed``) each process runs and saves only
+the chunks assigned to it; after one gather, process 0 reads all chunks back from the
+shared directory and returns the sweep, the others return None. Chunks are the same
+whatever the number of processes, so a sweep started with P processes resumes with
+any other number, and its members are bit for bit those of one process.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import numpy as np
 
 from gflow.dynamics.sweep import SweepRun, run_sweep
 from gflow.runs.checkpoint import PieceStore, run_pieces
+from gflow.runs.distributed import Processes, assign, total
 from gflow.runs.trajectory_files import param_columns, params_from_columns
 
 log = logging.getLogger(__name__)
@@ -103,6 +110,18 @@ def _slice(run: SweepRun, n: int) -> SweepRun:
     )
 
 
+class _Chunks(PieceStore):
+    """The pieces ``indices`` of ``store``, numbered 0 .. len(indices) − 1 (the chunks
+    of one process, for ``run_pieces``)."""
+
+    def __init__(self, store: PieceStore, indices: list[int]):
+        super().__init__(store.directory, store.prefix, store.fingerprint)
+        self.indices = indices
+
+    def path(self, i: int) -> Path:
+        return super().path(self.indices[i])
+
+
 def run_sweep_resumable(
     loss_fn,
     model,
@@ -115,8 +134,9 @@ def run_sweep_resumable(
     chunk: int = 4,
     mesh=None,
     progress: bool | None = None,
+    processes: Processes | None = None,
     **kwargs,
-) -> SweepRun:
+) -> SweepRun | None:
     """``run_sweep`` in chunks of ``chunk`` members, each checkpointed when done.
 
     Args:
@@ -131,17 +151,23 @@ def run_sweep_resumable(
             more.
         progress: a progress bar over chunks; None shows one when stderr is a
             terminal.
+        processes: this process among several that share ``checkpoint_dir`` (every
+            one of them calls this function with the same arguments); None: one.
 
     Returns:
-        The SweepRun of all members; ``info["resumed_chunks"]`` counts the chunks
-        read back from ``checkpoint_dir``.
+        The SweepRun of all members (None on processes other than 0);
+        ``info["resumed_chunks"]`` counts the chunks read back from
+        ``checkpoint_dir``, ``info["processes"]`` the processes that ran them.
     """
+    processes = processes or Processes()
     lrs = np.asarray(lrs, float).ravel()
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     if mesh is not None:
         chunk = mesh.size * math.ceil(chunk / mesh.size)
     parts = [lrs[start : start + chunk] for start in range(0, lrs.size, chunk)]
+    owners = assign([t1 / part.min() for part in parts], processes.count)
+    mine = [i for i, owner in enumerate(owners) if owner == processes.index]
 
     def compute(i, previous):
         part = parts[i]
@@ -153,33 +179,61 @@ def run_sweep_resumable(
     if progress or (progress is None and sys.stderr.isatty()):
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=lrs.size, desc="sweep members", unit="member")
-    resumed = []
+        members = sum(parts[i].size for i in mine)
+        bar = tqdm(total=members, desc="sweep members", unit="member")
+    read_back = []
 
     def finished(i, columns, was_resumed):
-        resumed.append(was_resumed)
+        read_back.append(was_resumed)
         verb = "read back" if was_resumed else "done"
-        log.info("chunk %d: η = %s %s", i, ", ".join(f"{x:g}" for x in parts[i]), verb)
+        log.info("chunk %d: η = %s %s", i, _etas(parts[i]), verb)
         if bar is not None:
             bar.update(parts[i].size)
 
+    store = PieceStore(checkpoint_dir, _PREFIX, fingerprint)
     try:
         pieces = run_pieces(
-            PieceStore(checkpoint_dir, _PREFIX, fingerprint),
-            len(parts),
-            compute,
-            expect=lambda i: {"lrs": parts[i]},
-            finished=finished,
+            _Chunks(store, mine),
+            len(mine),
+            lambda j, previous: compute(mine[j], previous),
+            expect=lambda j: {"lrs": parts[mine[j]]},
+            finished=lambda j, columns, was_resumed: finished(
+                mine[j], columns, was_resumed
+            ),
         )
     finally:
         if bar is not None:
             bar.close()
+    # a collective: once it returns, every process has saved its chunks
+    resumed = total(sum(read_back), processes)
+    if not processes.main:
+        return None
+    if processes.count > 1:
+        pieces = [_gathered(store, i, parts[i], owners[i]) for i in range(len(parts))]
     runs = [_from_columns(columns, model) for columns in pieces]
-    resumed = sum(resumed)
     info = {
         "t1": float(t1),
         "sharded_over": 1 if mesh is None else mesh.size,
         "chunk": chunk,
         "resumed_chunks": resumed,
+        "processes": processes.count,
     }
     return concatenate(runs, info)
+
+
+def _gathered(store: PieceStore, i: int, lrs: np.ndarray, owner: int) -> dict:
+    """Chunk ``i`` as process ``owner`` saved it in the shared directory."""
+    columns = store.load(i, {"lrs": lrs})
+    if columns is None:
+        raise FileNotFoundError(
+            f"chunk {i}, run by process {owner}, is not in {store.directory}: process "
+            "0 reads the chunks the others saved, so the run directory must be on a "
+            "filesystem that every process shares"
+        )
+    if owner != 0:
+        log.info("chunk %d: η = %s from process %d", i, _etas(lrs), owner)
+    return columns
+
+
+def _etas(lrs) -> str:
+    return ", ".join(f"{x:g}" for x in lrs)

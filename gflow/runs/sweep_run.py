@@ -18,8 +18,9 @@ from gflow.analysis.sharpness import predicted_departure, sharpness_along
 from gflow.analysis.sweep_compare import compare_sweep
 from gflow.dynamics.optimizers import OPTIMIZERS, optimizer_named
 from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
-from gflow.dynamics.sweep import member_mesh, run_sweep
+from gflow.dynamics.sweep import SweepRun, member_mesh, run_sweep
 from gflow.problems.losses import PopulationLoss
+from gflow.runs.distributed import Processes
 from gflow.runs.environment import environment
 from gflow.runs.files import read_json, write_json
 from gflow.runs.flow_run import FlowConfig
@@ -114,26 +115,60 @@ def run_sweep_config(
     ``sharpness`` (t, λ_max along the reference of the smallest η) and, per member,
     ``predicted_departure``.
     """
-    chain = cfg.flow.chain()
-    loss, model = PopulationLoss(chain), cfg.flow.model()
-    method = optimizer_named(cfg.optimizer, cfg.beta)
-    optimizer, stability = method.transform(), method.stability
-    mesh = member_mesh() if cfg.sharded and jax.device_count() > 1 else None
+    run = run_sweep_members(cfg, checkpoint_dir=checkpoint_dir, progress=progress)
+    return compare_sweep_members(cfg, run, key=key)
+
+
+def run_sweep_members(
+    cfg: SweepConfig,
+    *,
+    checkpoint_dir=None,
+    progress: bool | None = None,
+    processes: Processes | None = None,
+) -> SweepRun | None:
+    """The members of the sweep that ``cfg`` describes, before any comparison.
+
+    Members are sharded over this process's devices when ``cfg.sharded``. With
+    ``processes`` (several processes joined by ``jax.distributed``, each calling this
+    with the same ``cfg`` and shared ``checkpoint_dir``), each runs its chunks and
+    process 0 gets the whole sweep; the others get None.
+    """
+    loss, model = PopulationLoss(cfg.flow.chain()), cfg.flow.model()
+    optimizer = optimizer_named(cfg.optimizer, cfg.beta).transform()
+    # this process's devices only: a program over every process's devices would
+    # synchronise the processes at every step of the adaptive loop
+    devices = jax.local_devices()
+    mesh = member_mesh(devices) if cfg.sharded and len(devices) > 1 else None
     kwargs = dict(t1=cfg.t1, num_saves=cfg.num_saves, mesh=mesh)
     if checkpoint_dir is None:
-        run = run_sweep(loss, model, optimizer, cfg.lrs, **kwargs)
-    else:
-        run = run_sweep_resumable(
-            loss,
-            model,
-            optimizer,
-            cfg.lrs,
-            checkpoint_dir=checkpoint_dir,
-            fingerprint=cfg.fingerprint(),
-            chunk=cfg.chunk,
-            progress=progress,
-            **kwargs,
-        )
+        if processes is not None and processes.count > 1:
+            raise ValueError(
+                "processes: a sweep over several processes needs a checkpoint_dir "
+                "that they share"
+            )
+        return run_sweep(loss, model, optimizer, cfg.lrs, **kwargs)
+    return run_sweep_resumable(
+        loss,
+        model,
+        optimizer,
+        cfg.lrs,
+        checkpoint_dir=checkpoint_dir,
+        fingerprint=cfg.fingerprint(),
+        chunk=cfg.chunk,
+        progress=progress,
+        processes=processes,
+        **kwargs,
+    )
+
+
+def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
+    """``run`` (the members of ``cfg``'s sweep) against ``cfg``'s reference.
+
+    Returns what ``run_sweep_config`` returns.
+    """
+    chain = cfg.flow.chain()
+    loss, model = PopulationLoss(chain), cfg.flow.model()
+    stability = optimizer_named(cfg.optimizer, cfg.beta).stability
     result = compare_sweep(
         run, REFERENCES[cfg.reference](), loss, model, threshold=cfg.threshold
     )
@@ -183,6 +218,8 @@ def write_sweep_run(run_dir, cfg: SweepConfig, result: dict) -> Path:
             "t1": cfg.t1,
             "threshold": cfg.threshold,
             "stability_constant": result["stability"],
+            "processes": result["run"].info.get("processes", 1),
+            "members_wall_s": result.get("members_wall_s"),
             "members": result["members"],
             "sharpness": None
             if sharp is None
