@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 
 from gflow.cli.common import (
@@ -14,6 +15,7 @@ from gflow.cli.common import (
     start_log,
 )
 from gflow.cli.errors import UsageError
+from gflow.cli.processes import add_process_options, plan
 
 
 def register(sub) -> None:
@@ -57,9 +59,10 @@ def register(sub) -> None:
     p.add_argument(
         "--chunk",
         type=int,
-        default=d.chunk,
-        help="members per compiled program; each finished chunk is saved, so an "
-        "interrupted sweep resumes after it",
+        default=None,
+        help=f"members per compiled program; each finished chunk is saved, so an "
+        f"interrupted sweep resumes after it (default {d.chunk}; over N processes, "
+        f"at most the members / N rounded up, so that every process has a chunk)",
     )
     add_out_option(p, "sweep")
     p.add_argument(
@@ -69,10 +72,11 @@ def register(sub) -> None:
         metavar="RUN_DIR",
         help="continue an interrupted sweep as configured in RUN_DIR/config.json",
     )
+    add_process_options(p)
     p.set_defaults(handler=run)
 
 
-def _resolve(args):
+def _resolve(args, processes: int = 1):
     """The SweepConfig of --resume's config.json, or of the options."""
     from gflow.runs.flow_run import FlowConfig
     from gflow.runs.sweep_run import SweepConfig
@@ -88,6 +92,11 @@ def _resolve(args):
                 args.resume / "config.json", SweepConfig, option="--resume"
             )
             return SweepConfig.from_dict(settings)
+        chunk = args.chunk
+        if chunk is None:  # every one of several processes gets a chunk
+            chunk = SweepConfig.chunk
+            if processes > 1:
+                chunk = min(chunk, -(-len(args.lrs) // processes))
         return SweepConfig(
             optimizer=args.optimizer,
             lrs=tuple(args.lrs),
@@ -97,7 +106,7 @@ def _resolve(args):
             threshold=args.threshold,
             beta=args.beta,
             sharded=not args.no_shard,
-            chunk=args.chunk,
+            chunk=chunk,
             flow=dataclasses.replace(
                 FlowConfig(), init_scale=args.init_scale, seed=args.seed
             ),
@@ -106,29 +115,110 @@ def _resolve(args):
         raise UsageError(str(e)) from None
 
 
+def worker_args(cfg, run_dir) -> list[str]:
+    """The options that make a worker run ``cfg`` into ``run_dir`` (a new run)."""
+    argv = ["--optimizer", cfg.optimizer, "--lrs", ",".join(map(repr, cfg.lrs)),
+            "--t1", repr(cfg.t1), "--reference", cfg.reference,
+            "--num-saves", str(cfg.num_saves), "--threshold", repr(cfg.threshold),
+            "--beta", repr(cfg.beta), "--init-scale", repr(cfg.flow.init_scale),
+            "--seed", str(cfg.flow.seed), "--chunk", str(cfg.chunk),
+            "--out", str(run_dir)]  # fmt: skip
+    return argv if cfg.sharded else [*argv, "--no-shard"]
+
+
+def _check_split(cfg, count: int, flag: str) -> None:
+    """UsageError unless each of ``count`` processes gets a chunk of ``cfg``."""
+    chunks = -(-len(cfg.lrs) // cfg.chunk)
+    if count > chunks:
+        raise UsageError(
+            f"{flag} {count}: the {len(cfg.lrs)} step sizes make {chunks} chunk(s) of "
+            f"--chunk {cfg.chunk}, so {count - chunks} process(es) would have none; "
+            f"give at most {chunks} processes or a smaller --chunk"
+        )
+
+
+def _check_run_dir(out, cfg, processes) -> None:
+    """Every process sees the run directory of process 0 and runs its configuration
+    (a collective: all processes call it once process 0 has written config.json)."""
+    from gflow.runs.distributed import barrier, failing
+    from gflow.runs.sweep_run import SweepConfig
+
+    barrier("gflow sweep: config.json written", processes)
+    try:
+        theirs = load_config_file(out / "config.json", SweepConfig, option="--out")
+        ok = SweepConfig.from_dict(theirs) == cfg
+    except (UsageError, TypeError, ValueError):
+        ok = False
+    bad = failing(ok, processes)
+    if bad:
+        raise UsageError(
+            f"--out {out}: process(es) {', '.join(map(str, bad))} of "
+            f"{processes.count} do not see {out / 'config.json'} as process 0 wrote "
+            "it; "
+            "put the run directory on a filesystem that every process shares and "
+            "start every process with the same settings"
+        )
+
+
 def run(args) -> int:
-    cfg = _resolve(args)
+    how = plan(args)
+    cfg = _resolve(args, how.count)
+    if how.local or how.join:
+        _check_split(cfg, how.count, "--processes" if how.local else "--num-processes")
+    if how.join and args.resume is None and args.out is None:
+        raise UsageError(
+            "--coordinator: give --out DIR (on a filesystem that every process "
+            "shares): the default runs/sweep-<time> differs between processes"
+        )
+    out = args.resume or args.out or default_out("sweep")
+    if how.local:
+        from gflow.cli.launch import launch
+
+        own = ["--resume", str(out)] if args.resume else worker_args(cfg, out)
+        flags = ["--quiet"] * args.quiet + ["--debug"] * args.debug
+        return launch(
+            "sweep", own, how.count, out, global_args=flags, timeout=how.timeout
+        )
     import jax
 
     jax.config.update("jax_enable_x64", True)  # entry point: float64 references
+    processes = None
+    if how.join:
+        from gflow.cli.processes import join
+
+        processes = join(how, "sweep")
     from gflow.plotting.figures import sweep_figures
     from gflow.runs.sweep_run import (
-        run_sweep_config,
+        compare_sweep_members,
+        run_sweep_members,
         write_sweep_config,
         write_sweep_run,
     )
 
-    out = args.resume or args.out or default_out("sweep")
-    start_log(out)
-    if args.resume is None:
-        write_sweep_config(out, cfg)
+    main = processes is None or processes.main
+    if main:
+        start_log(out)
+        if args.resume is None:
+            write_sweep_config(out, cfg)
+    if processes is not None:
+        _check_run_dir(out, cfg, processes)
     start = time.perf_counter()
-    result = run_sweep_config(
+    members = run_sweep_members(
         cfg,
-        key=jax.random.key(cfg.flow.seed),
         checkpoint_dir=out / "checkpoint",
         progress=False if args.quiet else None,
+        processes=processes,
     )
+    members_s = time.perf_counter() - start
+    if processes is not None:  # process 0 goes on alone; the others are done
+        jax.distributed.shutdown()
+    if not main:
+        return 0
+    logging.getLogger("gflow").info(
+        "members: %d process(es), %.2f s", members.info["processes"], members_s
+    )
+    result = compare_sweep_members(cfg, members, key=jax.random.key(cfg.flow.seed))
+    result["members_wall_s"] = members_s
     run_dir = write_sweep_run(out, cfg, result)
     sweep_figures(run_dir, cfg, result)
     for r in result["members"]:
@@ -140,9 +230,11 @@ def run(args) -> int:
             f"first loss rise={'-' if rise is None else f'{rise:g}'}"
         )
     resumed = result["run"].info.get("resumed_chunks", 0)
+    count = result["run"].info.get("processes", 1)
     print(
         f"sweep {cfg.optimizer} vs {cfg.reference}: order {result['order']:.3f}, "
         + (f"{resumed} chunk(s) resumed, " if resumed else "")
+        + (f"{count} processes, " if count > 1 else "")
         + f"{time.perf_counter() - start:.1f} s -> {run_dir}"
     )
     return 0
