@@ -211,10 +211,12 @@ def join(p: Plan, command: str):
             process_id=p.index,
         )
 
+    me = "this process" if p.index is None else f"this is process {p.index}"
+
     def give_up():
         print(
             f"gflow {command}: error: {where}: the processes did not all join within "
-            f"{p.timeout:g} s (this is process {p.index}); start every process with "
+            f"{p.timeout:g} s ({me}); start every process with "
             "the same --coordinator and --num-processes and its own --process-id, "
             "with process 0 on that host, or raise --join-timeout",
             file=sys.stderr,

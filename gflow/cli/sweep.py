@@ -126,12 +126,13 @@ def worker_args(cfg, run_dir) -> list[str]:
     return argv if cfg.sharded else [*argv, "--no-shard"]
 
 
-def _check_split(cfg, count: int, flag: str) -> None:
-    """UsageError unless each of ``count`` processes gets a chunk of ``cfg``."""
+def _check_split(cfg, count: int, what: str) -> None:
+    """UsageError unless each of ``count`` processes gets a chunk of ``cfg``
+    (``what``: the option that set ``count``, as the message begins)."""
     chunks = -(-len(cfg.lrs) // cfg.chunk)
     if count > chunks:
         raise UsageError(
-            f"{flag} {count}: the {len(cfg.lrs)} step sizes make {chunks} chunk(s) of "
+            f"{what}: the {len(cfg.lrs)} step sizes make {chunks} chunk(s) of "
             f"--chunk {cfg.chunk}, so {count - chunks} process(es) would have none; "
             f"give at most {chunks} processes or a smaller --chunk"
         )
@@ -164,7 +165,8 @@ def run(args) -> int:
     how = plan(args)
     cfg = _resolve(args, how.count)
     if how.local or how.join:
-        _check_split(cfg, how.count, "--processes" if how.local else "--num-processes")
+        flag = "--processes" if how.local else "--num-processes"
+        _check_split(cfg, how.count, f"{flag} {how.count}")
     if how.join and args.resume is None and args.out is None:
         raise UsageError(
             "--coordinator: give --out DIR (on a filesystem that every process "
@@ -187,6 +189,10 @@ def run(args) -> int:
         from gflow.cli.processes import join
 
         processes = join(how, "sweep")
+        if how.coordinator == "auto":  # the count came from the scheduler
+            cfg = _resolve(args, processes.count)
+            what = f"--coordinator auto ({processes.count} processes)"
+            _check_split(cfg, processes.count, what)
     from gflow.plotting.figures import sweep_figures
     from gflow.runs.sweep_run import (
         compare_sweep_members,
