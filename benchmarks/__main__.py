@@ -30,6 +30,7 @@ SECTIONS = (
     "scipy_stiff",
     "deep",
     "monitor",
+    "distributed",
 )
 
 
@@ -45,6 +46,7 @@ def main(argv=None) -> int:
     from . import compile as compile_bench
     from . import (
         deep_cost,
+        distributed_sweep,
         error_scale,
         monitor_overhead,
         overhead,
@@ -77,6 +79,8 @@ def main(argv=None) -> int:
         "deep": lambda: deep_cost.run(quick=q),  # its own tables: deep_cost.md
         # its own table: monitor_overhead.md
         "monitor": lambda: monitor_overhead.run(quick=q),
+        # gflow sweep over 1, 2, 4 processes; its own block: --write-docs
+        "distributed": lambda: distributed_sweep.run(repeats=1 if q else 2),
         "trace": lambda: work_precision.stiffness_trace(
             t1=1500.0 if q else 3000.0, n=16 if q else 61
         ),
