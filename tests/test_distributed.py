@@ -341,3 +341,39 @@ def test_a_bad_coordinator_fails_in_seconds_in_one_line(
     assert rc == 2 and len(lines) == 1, err
     assert lines[0].startswith("gflow sweep: error: --coordinator") and words in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_processes_with_other_settings_stop_together_in_one_line(tmp_path):
+    """Process 1 started with another --t1 (or not seeing process 0's directory):
+    both processes stop before any member runs, each with the same one line."""
+    out, port = tmp_path / "run", free_port()
+    cluster = ["--coordinator", f"localhost:{port}", "--num-processes", "2",
+               "--out", str(out), "--join-timeout", "60"]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gflow",
+                "--quiet",
+                *SWEEP[:-1],
+                t1,
+                *cluster,
+                "--process-id",
+                str(i),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i, t1 in ((0, "60"), (1, "30"))
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [2, 2], outs
+    for _, err in outs:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert "process(es) 1 of 2 do not see" in lines[0]
+        assert "same settings" in lines[0]
+    assert not (out / "checkpoint").exists()
