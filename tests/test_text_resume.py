@@ -3,7 +3,6 @@ finished (read back, not recomputed), with its own tokenizer.json, and ends equa
 bit for bit to a run that never stopped."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,17 +10,7 @@ import pytest
 import gflow.runs.text_run as text_run
 from gflow.cli.main import main
 from gflow.runs.trajectory_files import load_trajectory
-
-
-def _story(path: Path) -> Path:
-    rng = np.random.default_rng(3)
-    words = ["the", "cat", "dog", "sat", "ran", "on", "mat", "big", "red", "a"]
-    p = 1.0 / np.arange(1, len(words) + 1)
-    sents = [
-        " ".join(rng.choice(words, size=6, p=p / p.sum())) + "." for _ in range(300)
-    ]
-    path.write_text(" ".join(sents))
-    return path
+from tests.test_text_cli import _story
 
 
 def _args(corpus, out):
