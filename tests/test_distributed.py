@@ -377,3 +377,37 @@ def test_processes_with_other_settings_stop_together_in_one_line(tmp_path):
         assert "process(es) 1 of 2 do not see" in lines[0]
         assert "same settings" in lines[0]
     assert not (out / "checkpoint").exists()
+
+
+@pytest.mark.slow
+def test_workers_do_not_outlive_a_killed_parent(tmp_path):
+    """SIGKILL the parent once the workers have joined and one waits for the other
+    (process 1's chunk is saved, process 0 still runs its own): both die at once."""
+    out = tmp_path / "run"
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "gflow", "--quiet", *SWEEP, "--processes", "2",
+         "--out", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    first = chunk_path(out / "checkpoint", 0)  # process 1's (process 0 runs chunk 1)
+    deadline = time.time() + 300
+    while time.time() < deadline and parent.poll() is None and not first.exists():
+        time.sleep(0.02)
+    workers = _children(parent.pid)
+    assert set(workers) == {0, 1}
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 5
+    alive = list(workers.values())
+    while alive and time.time() < deadline:
+        alive = [pid for pid in alive if _running(pid)]
+        time.sleep(0.1)
+    assert not alive, "workers outlived their parent"
+
+
+def _running(pid):
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False

@@ -6,11 +6,14 @@ the work, process 0 writing the run directory and printing its summary, which is
 passed on. The parent imports no JAX and watches: when a worker ends with an error or
 is killed, it stops the others (SIGTERM, then SIGKILL) and prints one line that says
 which process ended how and how to resume; Ctrl-C or SIGTERM on the parent stops them
-all as well.
+all as well, and on Linux a worker whose parent dies (even by SIGKILL) is killed too:
+a worker blocked in a collective would not see a gentler signal until its peers came
+back, and its finished chunks are on disk already.
 """
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import socket
 import subprocess
@@ -29,6 +32,27 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the worker, before it runs: SIGKILL when the parent dies (Linux prctl)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _start(argv: list[str], err: Path, *, stdout: bool) -> subprocess.Popen:
+    """A worker: stderr into ``err``, stdout piped (process 0) or dropped."""
+    linux = sys.platform == "linux"
+    with err.open("w") as sink:
+        return subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+            stderr=sink,
+            text=True,
+            preexec_fn=_die_with_parent if linux else None,
+        )
 
 
 def _stop(procs) -> None:
@@ -94,15 +118,7 @@ def launch(
                         *worker_args, "--coordinator", f"127.0.0.1:{port}",
                         "--num-processes", str(count), "--process-id", str(i),
                         "--join-timeout", repr(timeout)]  # fmt: skip
-                with errs[i].open("w") as err:
-                    procs.append(
-                        subprocess.Popen(
-                            argv,
-                            stdout=subprocess.PIPE if i == 0 else subprocess.DEVNULL,
-                            stderr=err,
-                            text=True,
-                        )
-                    )
+                procs.append(_start(argv, errs[i], stdout=i == 0))
             relay = threading.Thread(
                 target=_relay, args=(procs[0].stdout, sys.stdout), daemon=True
             )
