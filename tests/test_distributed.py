@@ -159,6 +159,17 @@ def test_process_options_refuse_bad_values_in_one_line(tmp_path, capsys, tail, w
     assert not out.exists()
 
 
+def test_a_resumed_run_keeps_its_chunks(tmp_path, capsys):
+    from gflow.runs.sweep_run import SweepConfig, write_sweep_config
+
+    write_sweep_config(tmp_path, SweepConfig())  # 4 step sizes in one chunk of 4
+    assert main(["sweep", "--resume", str(tmp_path), "--processes", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--processes 2: the 4 step sizes make 1 chunk" in err[0]
+    assert "give at most 1 process(es) (a resumed run keeps its chunks)" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
 def test_a_cluster_process_needs_a_shared_out(capsys):
     argv = ["--coordinator", "h:1", "--num-processes", "2", "--process-id", "1"]
     assert main([*BASE, *argv]) == 2

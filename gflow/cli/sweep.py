@@ -126,15 +126,16 @@ def worker_args(cfg, run_dir) -> list[str]:
     return argv if cfg.sharded else [*argv, "--no-shard"]
 
 
-def _check_split(cfg, count: int, what: str) -> None:
+def _check_split(cfg, count: int, what: str, resumed: bool) -> None:
     """UsageError unless each of ``count`` processes gets a chunk of ``cfg``
     (``what``: the option that set ``count``, as the message begins)."""
     chunks = -(-len(cfg.lrs) // cfg.chunk)
     if count > chunks:
+        fix = "(a resumed run keeps its chunks)" if resumed else "or a smaller --chunk"
         raise UsageError(
             f"{what}: the {len(cfg.lrs)} step sizes make {chunks} chunk(s) of "
             f"--chunk {cfg.chunk}, so {count - chunks} process(es) would have none; "
-            f"give at most {chunks} processes or a smaller --chunk"
+            f"give at most {chunks} process(es) {fix}"
         )
 
 
@@ -155,9 +156,8 @@ def _check_run_dir(out, cfg, processes) -> None:
         raise UsageError(
             f"--out {out}: process(es) {', '.join(map(str, bad))} of "
             f"{processes.count} do not see {out / 'config.json'} as process 0 wrote "
-            "it; "
-            "put the run directory on a filesystem that every process shares and "
-            "start every process with the same settings"
+            "it; put the run directory on a filesystem that every process shares "
+            "and start every process with the same settings"
         )
 
 
@@ -166,7 +166,7 @@ def run(args) -> int:
     cfg = _resolve(args, how.count)
     if how.local or how.join:
         flag = "--processes" if how.local else "--num-processes"
-        _check_split(cfg, how.count, f"{flag} {how.count}")
+        _check_split(cfg, how.count, f"{flag} {how.count}", args.resume is not None)
     if how.join and args.resume is None and args.out is None:
         raise UsageError(
             "--coordinator: give --out DIR (on a filesystem that every process "
@@ -192,7 +192,7 @@ def run(args) -> int:
         if how.coordinator == "auto":  # the count came from the scheduler
             cfg = _resolve(args, processes.count)
             what = f"--coordinator auto ({processes.count} processes)"
-            _check_split(cfg, processes.count, what)
+            _check_split(cfg, processes.count, what, args.resume is not None)
     from gflow.plotting.figures import sweep_figures
     from gflow.runs.sweep_run import (
         compare_sweep_members,
