@@ -131,6 +131,7 @@ DEFAULT_VALID = {float: _positive, int: lambda n: n >= 1, common.floats: None}
 # Options that take a name from a fixed set (checked by gflow, not by argparse choices)
 NAMES = {
     ("flow", "--solver"): set(SOLVERS),
+    ("text", "--solver"): set(SOLVERS),
     ("text", "--tokenizer"): set(TOKENIZER_NAMES),
     ("text", "--whitespace"): set(WHITESPACE_MODES),
     ("text", "--method"): set(METHODS),

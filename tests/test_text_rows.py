@@ -72,3 +72,32 @@ def test_row_windows_option_reaches_the_configuration():
     default = build_parser().parse_args(["text", "--corpus", "c.txt"])
     assert _settings(default)["row_windows"] == 32
     assert json.dumps(_settings(args)["track"]) == "[]"
+
+
+@pytest.mark.slow  # two float64 flows compiled: ~30 s on 2 cores
+def test_text_flow_takes_a_stiff_solver(tmp_path):
+    """--method flow --solver rkc2 integrates the same flow as Tsit5: at tight
+    tolerances both end at the same parameters, and the run records its solver."""
+    from gflow.cli.main import main
+    from gflow.runs.trajectory_files import load_trajectory
+    from tests.test_text_cli import _story
+
+    corpus = _story(tmp_path / "story.txt")
+    finals = {}
+    for solver in ("tsit5", "rkc2"):
+        out = tmp_path / solver
+        argv = ["--quiet", "text", "--corpus", str(corpus), "--vocab-size", "8",
+                "--context", "6", "--windows", "32", "--method", "flow",
+                "--solver", solver, "--lr", "0.5", "--steps", "40", "--rtol",
+                "1e-8", "--atol", "1e-10", "--opt-steps", "0", "--num-saves", "4",
+                "--num-queries", "1", "--init-scale", "0.1",
+                "--out", str(out)]  # fmt: skip
+        assert main(argv) == 0
+        traj = load_trajectory(out, name="flow")
+        assert solver.lower() in json.dumps(traj.info).lower()
+        finals[solver] = traj
+    a, b = finals["tsit5"], finals["rkc2"]
+    assert a.metrics["loss"][-1] < a.metrics["loss"][0] - 1e-3  # it moved
+    np.testing.assert_allclose(b.final.W_E, a.final.W_E, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(b.metrics["loss"], a.metrics["loss"], rtol=1e-6)
+    assert not np.array_equal(b.final.W_E, a.final.W_E)  # two solvers ran

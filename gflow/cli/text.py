@@ -15,6 +15,7 @@ from gflow.cli.errors import UsageError
 
 
 def register(sub) -> None:
+    from gflow.runs.flow_run import SOLVERS
     from gflow.runs.text_config import (
         METHODS,
         MODELS,
@@ -114,6 +115,12 @@ def register(sub) -> None:
     p.add_argument("--lr", type=float, default=d.lr, help="GD step (flow: t1/steps)")
     p.add_argument("--steps", type=int, default=d.steps, help="GD steps")
     p.add_argument("--rtol", type=float, default=d.rtol)
+    p.add_argument(
+        "--solver",
+        default=d.solver,
+        help=f"the flow's solver (--method flow): one of {', '.join(SOLVERS)}; rkc2 "
+        "or stiff where the loss is stiff",
+    )
     p.add_argument("--atol", type=float, default=d.atol)
     p.add_argument(
         "--optimizer",
@@ -233,6 +240,7 @@ def _settings(args) -> dict:
         steps=args.steps,
         rtol=args.rtol,
         atol=args.atol,
+        solver=args.solver,
         optimizer=args.optimizer,
         opt_lr=args.opt_lr,
         opt_steps=args.opt_steps,

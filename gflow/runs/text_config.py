@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from gflow.runs.environment import check_seed
+from gflow.runs.flow_run import SOLVERS
 from gflow.text.fullbatch import SCHEDULES
 from gflow.text.subword import KINDS, WHITESPACE, WHITESPACE_MODES
 from gflow.text.tokenize import TOKENIZERS
@@ -33,7 +34,9 @@ class TextConfig:
     """Everything that defines a text run; validates itself.
 
     ``method="gd"`` follows the flow with full-batch gradient descent of step ``lr``
-    (its clock t_k = k·lr is the flow time); ``"flow"`` integrates it with Tsit5.
+    (its clock t_k = k·lr is the flow time); ``"flow"`` integrates it to
+    ``steps``·``lr`` with ``solver`` (a ``gflow flow`` solver name: Tsit5 by
+    default; ``rkc2`` or ``stiff`` where the loss is stiff) at ``rtol``, ``atol``.
 
     The optimizer arm runs ``opt_steps`` steps (0: none) of ``optimizer`` from the
     same init: full batch on the fixed sample (``batch=0``; gd, adam, adamw) or on
@@ -80,6 +83,7 @@ class TextConfig:
     steps: int = 4000
     rtol: float = 1e-5
     atol: float = 1e-7
+    solver: str = "tsit5"
     optimizer: str = "adam"
     opt_lr: float = 2e-3
     opt_steps: int = 1000
@@ -120,6 +124,9 @@ class TextConfig:
                 bad("tokenizer_file", f"{self.tokenizer_file!r} is not a file")
         if self.method not in METHODS:
             bad("method", f"must be one of {METHODS}, got {self.method!r}")
+        if self.solver not in SOLVERS:
+            bad("solver", f"unknown {self.solver!r}; choose one of "
+                f"{', '.join(SOLVERS)}")  # fmt: skip
         if self.model not in MODELS:
             bad("model", f"must be one of {', '.join(MODELS)}, got {self.model!r}")
         for name in ("vocab_size", "context", "windows", "d_model", "steps",

@@ -34,6 +34,7 @@ from gflow.dynamics.optimizers import SGD, Adam, AdamW
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.model import AttentionModel
 from gflow.problems.transformer import Transformer
+from gflow.runs.flow_run import SOLVERS
 from gflow.runs.text_config import PAPER_QUERIES, TextConfig
 from gflow.text.corpus import load_corpus
 from gflow.text.fullbatch import run_full_batch, warmup_cosine
@@ -263,6 +264,7 @@ def _reference(cfg: TextConfig, seed: int, model, loss, shared) -> Trajectory:
         model,
         t1=t1,
         ts=np.linspace(0.0, t1, cfg.num_saves + 1),
+        solver=SOLVERS[cfg.solver](),
         rtol=cfg.rtol,
         atol=cfg.atol,
         save_params=True,
