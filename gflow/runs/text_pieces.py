@@ -30,9 +30,14 @@ _NOT_RESULTS = ("tokenizer_file", "download")
 
 def text_fingerprint(cfg, data) -> str:
     """The hash of a text run's configuration and data (``TextConfig``,
-    ``TextData``)."""
+    ``TextData``). Settings at their defaults are left out, so that a setting added
+    to gflow later, at a default that computes what was computed before, does not
+    orphan the pieces of a run started earlier."""
+    default = {f.name: f.default for f in dataclasses.fields(cfg)}
     settings = {
-        k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_RESULTS
+        k: v
+        for k, v in dataclasses.asdict(cfg).items()
+        if k not in _NOT_RESULTS and v != default[k]
     }
     settings["vocab"] = list(data.vocab.tokens)
     settings["queries"] = list(data.queries)
