@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from gflow.cli import common
 from gflow.cli.main import build_parser, main
+from gflow.cli.processes import coordinator_address
 from gflow.dynamics.optimizers import OPTIMIZERS
 from gflow.runs.flow_run import SOLVERS, FlowConfig
 from gflow.runs.sweep_run import SweepConfig
@@ -97,6 +98,7 @@ VALID = {
         and abs(sum(p) - 1) <= 1e-3  # off by less: ambiguous, not drawn
     ),
     ("sweep", "--t1"): lambda x: _positive(x) and x >= 0.5,
+    ("sweep", "--processes"): lambda n: 1 <= n <= 2,  # the base sweep has 2 step sizes
     ("sweep", "--lrs"): lambda lrs: (
         len(lrs) >= 1
         and all(_positive(x) and x <= 1 for x in lrs)
@@ -299,6 +301,12 @@ def _strategy(command, action, ws):
             .map(",".join)
             .map(tail)
         )
+    elif kind is coordinator_address:  # not HOST:PORT (port 1..65535) or auto
+        values = st.one_of(
+            st.sampled_from(["", " ", "localhost", "localhost:", ":1234", "host:0",
+                             "host:65536", "host:12a", "host:-1", "a b:1", "AUTO"]),
+            _TEXT.filter(lambda v: _converts(coordinator_address, v) is None),
+        ).map(tail)  # fmt: skip
     elif kind is str and (command, flag) in NAMES:
         known = NAMES[command, flag]
         bad = st.one_of(_TEXT, st.sampled_from([k.upper() for k in known] + [""]))
