@@ -43,6 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help="show full tracebacks on errors"
     )
+    parser.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help="do not keep compiled programs on disk for later runs (also "
+        "GFLOW_COMPILE_CACHE=0; GFLOW_COMPILE_CACHE=DIR chooses the folder, default "
+        "~/.cache/gflow/jax-HOST)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.register(sub)
@@ -64,8 +71,12 @@ def main(argv=None) -> int:
     """Run ``gflow`` with ``argv`` (default sys.argv[1:]); return the exit status.
 
     Bad settings, argparse's included, print one line ``gflow CMD: error: ...`` on
-    stderr and return 2; ``--help`` prints the help and returns 0.
+    stderr and return 2; ``--help`` prints the help and returns 0. As the process's
+    entry point (``argv`` None: the ``gflow`` command, ``python -m gflow``) it also
+    turns on the persistent compilation cache (``gflow.cli.compile_cache``); a call
+    with an explicit ``argv`` (a script, a test) leaves JAX's settings alone.
     """
+    entry_point = argv is None
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
@@ -75,6 +86,10 @@ def main(argv=None) -> int:
             )
     except SystemExit as e:  # argparse's error() or --help: already printed
         return e.code if isinstance(e.code, int) else 2
+    if entry_point:
+        from gflow.cli.compile_cache import configure
+
+        configure(no_cache=args.no_compile_cache)
     # SIGTERM (a batch scheduler's stop) unwinds like Ctrl-C: checkpoints are atomic
     signal.signal(signal.SIGTERM, _interrupt)
     try:
