@@ -31,6 +31,7 @@ SECTIONS = (
     "deep",
     "monitor",
     "distributed",
+    "compile_cache",
 )
 
 
@@ -45,6 +46,7 @@ def main(argv=None) -> int:
 
     from . import compile as compile_bench
     from . import (
+        compile_cache,
         deep_cost,
         distributed_sweep,
         error_scale,
@@ -81,6 +83,8 @@ def main(argv=None) -> int:
         "monitor": lambda: monitor_overhead.run(quick=q),
         # gflow sweep over 1, 2, 4 processes; its own block: --write-docs
         "distributed": lambda: distributed_sweep.run(repeats=1 if q else 2),
+        # a second gflow flow with a warm cache; its own block: --write-docs
+        "compile_cache": lambda: compile_cache.run(repeats=1 if q else 2),
         "trace": lambda: work_precision.stiffness_trace(
             t1=1500.0 if q else 3000.0, n=16 if q else 61
         ),
