@@ -12,6 +12,8 @@ import pytest
 from gflow import AttentionModel, MarkovChain, PopulationLoss
 
 jax.config.update("jax_enable_x64", True)
+# `python -m gflow` processes started by tests: no persistent compilation cache
+os.environ.setdefault("GFLOW_COMPILE_CACHE", "0")
 
 
 @pytest.fixture(autouse=True)
