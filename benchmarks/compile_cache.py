@@ -26,7 +26,6 @@ the admissible repeats is reported.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -38,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.quiet import gated_main, replace_block
 
 RESULTS = Path(__file__).parent / "results"
 MAX_LOAD = 1.5
@@ -258,36 +259,11 @@ def write_docs() -> None:
             f"no bare import or warm run started at a load average of at most "
             f"{record['max_load']}: measure again on a quieter machine"
         )
-    doc = DOC.read_text()
-    if START not in doc:
-        doc = doc.rstrip("\n") + f"\n\n{START}\n{END}\n"
-    i, j = doc.index(START) + len(START), doc.index(END)
-    DOC.write_text(doc[:i] + "\n" + table(record) + doc[j:])
+    replace_block(DOC, START, END, table(record))
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="one repeat")
-    p.add_argument(
-        "--write-docs",
-        action="store_true",
-        help="rewrite the block of BENCHMARKS.md (from the record alone with "
-        "--doc-only)",
-    )
-    p.add_argument("--doc-only", action="store_true", help="do not measure")
-    p.add_argument(
-        "--max-wait",
-        type=float,
-        default=600.0,
-        help="seconds to wait for the load to fall before each run (then it runs "
-        "anyway, and the table leaves that run out)",
-    )
-    args = p.parse_args(argv)
-    if not args.doc_only:
-        run(repeats=1 if args.quick else 2, max_wait=args.max_wait)
-    if args.write_docs or args.doc_only:
-        write_docs()
-    return 0
+    return gated_main(__doc__.splitlines()[0], run, write_docs, argv)
 
 
 if __name__ == "__main__":
