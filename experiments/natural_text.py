@@ -250,7 +250,6 @@ def summarise(corpus: str, root: Path = OUT) -> dict:
     flowcheck = None
     if (flow / "row_phases.json").exists():
         flowcheck = flow_check(out, flow, "gd" + suffix(seeds[0]))
-        flowcheck["flow_moves"] = dict(flowcheck["flow_moves"])
         for row, moves in flowcheck["flow_moves"].items():
             if row in ROWS[corpus]:
                 rows[f"{row}|flow"] = {
