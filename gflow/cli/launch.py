@@ -102,11 +102,13 @@ def launch(
     *,
     global_args: list[str],
     timeout: float,
+    saved: str = "the chunks finished so far are saved",
 ) -> int:
     """Run ``gflow [global_args] command worker_args`` as ``count`` joined processes.
 
     Returns 0 when every worker succeeded; otherwise prints one line on stderr and
-    returns the failed worker's status (1 when it was killed).
+    returns the failed worker's status (1 when it was killed). ``saved`` says, in that
+    line, what a resumed run reads back.
     """
     port = free_port()
     procs: list[subprocess.Popen] = []
@@ -145,7 +147,7 @@ def launch(
         what = f": {own}" if own else f" {_how(status)}"
         if (run_dir / "config.json").exists():
             then = (
-                "the chunks finished so far are saved; continue with 'gflow "
+                f"{saved}; continue with 'gflow "
                 f"{command} --resume {run_dir} --processes {count}'"
             )
         else:

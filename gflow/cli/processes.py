@@ -238,3 +238,39 @@ def join(p: Plan, command: str):
     finally:
         watchdog.cancel()
     return Processes.current()
+
+
+def check_run_dir(out, same, processes, command: str) -> None:
+    """Every process sees the run directory of process 0 and runs its configuration
+    (a collective: all processes call it once process 0 has written config.json).
+
+    ``same()``: whether this process's configuration is the one in
+    ``out/config.json``; an error reading it counts as no.
+    """
+    from gflow.runs.distributed import barrier, failing
+
+    barrier(f"gflow {command}: config.json written", processes)
+    try:
+        ok = bool(same())
+    except (OSError, KeyError, TypeError, ValueError):  # UsageError included
+        ok = False
+    bad = failing(ok, processes)
+    if bad:
+        raise UsageError(
+            f"--out {out}: process(es) {', '.join(map(str, bad))} of "
+            f"{processes.count} do not see {out / 'config.json'} as process 0 wrote "
+            "it; put the run directory on a filesystem that every process shares "
+            "and start every process with the same settings"
+        )
+
+
+def check_split(members: int, count: int, what: str, more: str) -> None:
+    """UsageError unless each of ``count`` processes gets one of ``members``
+    members (``what``: the option that set ``count``, as the message begins;
+    ``more``: the options that make more members)."""
+    if count > members:
+        raise UsageError(
+            f"{what}: the run has {members} member(s), so {count - members} "
+            f"process(es) would have none; give at most {members} process(es), or "
+            f"more members ({more})"
+        )

@@ -7,11 +7,13 @@ import time
 from gflow.cli.common import (
     add_out_option,
     default_out,
+    floats,
     load_config_file,
     run_dir_arg,
     start_log,
 )
 from gflow.cli.errors import UsageError
+from gflow.cli.processes import add_process_options, check_split, plan
 
 # option -> TrainConfig field: (flag, type, help)
 _OPTIONS = {
@@ -58,7 +60,9 @@ def register(sub) -> None:
         "t = Σ η; record the loss and per-head attention observables on a held-out "
         "sample; write config.json, metrics, parameter snapshots, per-head "
         "stages.json and figures. Checkpointed after each segment: an interrupted "
-        "run continues with --resume RUN_DIR.",
+        "run continues with --resume RUN_DIR. --seeds and --lrs train one member "
+        "per seed and step size into one run directory, over several processes "
+        "with --processes.",
     )
     add_out_option(p, "train")
     p.add_argument(
@@ -77,16 +81,36 @@ def register(sub) -> None:
     for field, text in _FLAGS.items():
         flag = "--float64" if field == "x64" else f"--{field}"
         p.add_argument(flag, dest=field, action="store_true", default=None, help=text)
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        metavar="K",
+        help="train seeds --seed .. --seed + K - 1, one member each, named "
+        "train_s<seed>; stage times as mean ± sd in stages_summary.json",
+    )
+    p.add_argument(
+        "--lrs",
+        type=floats,
+        default=None,
+        help="train one member per peak step size (comma-separated; instead of "
+        "--lr), named train_lr<η>",
+    )
+    add_process_options(p)
     p.set_defaults(handler=run)
 
 
 def _resolve(args):
-    """TrainConfig from the defaults and the options, or from --resume's run."""
+    """(TrainConfig, TrainSweep) from the defaults and the options, or from
+    --resume's run."""
     from gflow.runs.train_run import TrainConfig
+    from gflow.runs.train_sweep import TrainSweep
 
     given = [f for f in (*_OPTIONS, *_FLAGS) if getattr(args, f) is not None]
     settings = {f: getattr(args, f) for f in given}
+    members = {"seeds": 1 if args.seeds is None else args.seeds, "lrs": args.lrs}
     if args.resume is not None:
+        given += [f for f in ("seeds", "lrs") if getattr(args, f) is not None]
         if given:
             flags = [_OPTIONS[f][0] if f in _OPTIONS else f"--{f}" for f in given]
             raise UsageError(
@@ -101,17 +125,97 @@ def _resolve(args):
             args.resume / "config.json", TrainConfig, option="--resume"
         )
         settings["pi"] = tuple(settings.get("pi", TrainConfig.pi))
+        members = _saved_sweep(args.resume / "config.json")
+    elif args.lrs is not None and args.lr is not None:
+        raise UsageError("--lr and --lrs: give one step size or a list, not both")
     try:
-        return TrainConfig(**settings)
+        cfg = TrainConfig(**settings)
+        sweep = TrainSweep(**members)
+        sweep.members(cfg)  # seeds within range
+        return cfg, sweep
     except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from None
 
 
+def _saved_sweep(path) -> dict:
+    """The ``sweep`` settings of a run's config.json (none: one run)."""
+    import json
+
+    from gflow.cli.common import check_settings
+    from gflow.runs.train_sweep import TrainSweep
+
+    doc = json.loads(path.read_text())
+    saved = doc.get("sweep") if isinstance(doc, dict) else None
+    if saved is None:
+        return {}
+    source = f"--resume: config file {path}"
+    if not isinstance(saved, dict):
+        raise UsageError(f"{source}: setting sweep must be a JSON object of settings")
+    check_settings(saved, TrainSweep, source, prefix="sweep.")
+    if saved.get("lrs") is not None:
+        saved["lrs"] = tuple(saved["lrs"])
+    return saved
+
+
+def worker_args(cfg, sweep, run_dir) -> list[str]:
+    """The options that make a worker run ``cfg`` and ``sweep`` into ``run_dir``
+    (a new run; settings without an option are at their defaults there)."""
+    argv = []
+    for field, (flag, typ, _) in _OPTIONS.items():
+        value = getattr(cfg, field)
+        if value is not None and not (field == "lr" and sweep.lrs is not None):
+            argv += [flag, repr(value) if typ is float else str(value)]
+    for field in _FLAGS:
+        if getattr(cfg, field):
+            argv.append("--float64" if field == "x64" else f"--{field}")
+    argv += ["--seeds", str(sweep.seeds)]
+    if sweep.lrs is not None:
+        argv += ["--lrs", ",".join(map(repr, sweep.lrs))]
+    return [*argv, "--out", str(run_dir)]
+
+
 def run(args) -> int:
-    cfg = _resolve(args)
+    how = plan(args)
+    cfg, sweep = _resolve(args)
+    members = len(sweep.members(cfg))
+    if how.local or how.join:
+        flag = "--processes" if how.local else "--num-processes"
+        check_split(members, how.count, f"{flag} {how.count}", "--seeds K, --lrs")
+    if how.join and args.resume is None and args.out is None:
+        raise UsageError(
+            "--coordinator: give --out DIR (on a filesystem that every process "
+            "shares): the default runs/train-<time> differs between processes"
+        )
+    out = args.resume or args.out or default_out("train")
+    if how.local:
+        from gflow.cli.launch import launch
+
+        own = ["--resume", str(out)] if args.resume else worker_args(cfg, sweep, out)
+        flags = ["--quiet"] * args.quiet + ["--debug"] * args.debug
+        return launch(
+            "train", own, how.count, out, global_args=flags, timeout=how.timeout,
+            saved="the segments finished so far are saved",
+        )  # fmt: skip
     import jax
 
     jax.config.update("jax_enable_x64", cfg.x64)  # entry point: precision chosen here
+    processes = None
+    if how.join:
+        from gflow.cli.processes import join
+
+        processes = join(how, "train")
+        if how.coordinator == "auto":  # the count came from the scheduler
+            what = f"--coordinator auto ({processes.count} processes)"
+            check_split(members, processes.count, what, "--seeds K, --lrs")
+    if sweep.is_sweep or processes is not None:
+        from gflow.cli.train_members import run_sweep
+
+        return run_sweep(args, cfg, sweep, out, processes)
+    return _run_one(args, cfg, out)
+
+
+def _run_one(args, cfg, out) -> int:
+    """One run, in today's layout: train.json, stages.json, figures."""
     from gflow.plotting.figures import train_figures
     from gflow.runs.train_run import (
         prepare,
@@ -120,7 +224,6 @@ def run(args) -> int:
         write_train_run,
     )
 
-    out = args.resume or args.out or default_out("train")
     start = time.perf_counter()
     try:
         data = prepare(cfg)

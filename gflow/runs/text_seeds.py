@@ -1,5 +1,5 @@
-"""Stage times of a text run over seeds: mean ± sd per stage (stages_summary.json)
-and the printed table."""
+"""Stage times of a text (or training) run over seeds: mean ± sd per stage
+(stages_summary.json) and the printed table."""
 
 from __future__ import annotations
 
@@ -27,15 +27,28 @@ def _mean_sd(values: list[float]) -> dict:
 
 
 def stages_summary(cfg: TextConfig, stages: dict) -> dict:
-    """Each run's stage times over the seeds: for every stage (name, cycle, layer,
-    head) found in some seed, how many seeds found it, its t_start and t_end per
-    seed (null where not found) and their mean ± sd over the seeds that found it.
+    """Each run's stage times over the seeds (``summarise_seeds``).
 
     ``stages``: stages.json's content (run name -> ``_stages`` of that run).
     """
+    groups = {
+        base: {s: stages.get(cfg.run_names(s)[i], {}) for s in cfg.seed_list}
+        for i, base in enumerate(cfg.base_names)
+    }
+    return summarise_seeds(groups, list(cfg.seed_list))
+
+
+def summarise_seeds(groups: dict[str, dict[int, dict]], seeds: list[int]) -> dict:
+    """Each group's stage times over the seeds: for every stage (name, cycle, layer,
+    head) found in some seed, how many seeds found it, its t_start and t_end per
+    seed (null where not found) and their mean ± sd over the seeds that found it.
+
+    ``groups``: group name -> seed -> that seed's stages.json entry
+    (``{"available": bool, "stages": [...]}`` or ``{"why": ...}``).
+    """
     out = {}
-    for i, base in enumerate(cfg.base_names):
-        per_seed = {s: stages.get(cfg.run_names(s)[i], {}) for s in cfg.seed_list}
+    for base, per_seed in groups.items():
+        per_seed = {s: per_seed.get(s, {}) for s in seeds}
         found: dict[tuple, dict[int, dict]] = {}
         for seed, entry in per_seed.items():
             for st in entry.get("stages", []) if entry.get("available") else []:
@@ -47,7 +60,7 @@ def stages_summary(cfg: TextConfig, stages: dict) -> dict:
             row["found"] = len(by_seed)
             for end in ("t_start", "t_end"):
                 times = [by_seed[s][end] if s in by_seed else None
-                         for s in cfg.seed_list]  # fmt: skip
+                         for s in seeds]  # fmt: skip
                 row[end] = {
                     **_mean_sd([t for t in times if t is not None]),
                     "per_seed": times,
@@ -59,7 +72,7 @@ def stages_summary(cfg: TextConfig, stages: dict) -> dict:
             if not entry.get("available")
         }
         out[base] = {"stages": rows, "unavailable": unavailable}
-    return {"seeds": list(cfg.seed_list), "runs": out}
+    return {"seeds": list(seeds), "runs": out}
 
 
 def _first_start(by_seed: dict) -> float:

@@ -208,11 +208,17 @@ _FINAL, _OPT = "final:", "opt:"
 
 
 def run_train(
-    cfg: TrainConfig, data: TrainData, *, checkpoint_dir, progress=None
+    cfg: TrainConfig,
+    data: TrainData,
+    *,
+    checkpoint_dir,
+    progress=None,
+    read_only: bool = False,
 ) -> Trajectory:
     """Train as ``cfg`` says, resuming from the pieces found in ``checkpoint_dir``.
 
-    ``progress(i, pieces, resumed)`` is called after each piece.
+    ``progress(i, pieces, resumed)`` is called after each piece. ``read_only``: a
+    run finished elsewhere, read back; FileNotFoundError if a piece is missing.
     """
     model = init_model(cfg, data.d_vocab)
     method = optimizer_named(cfg.optimizer, cfg.beta, cfg.weight_decay)
@@ -226,6 +232,8 @@ def run_train(
     fp = fingerprint(model, eval_loss, obs, settings=dataclasses.asdict(cfg))
 
     def compute(i, previous):
+        if read_only:
+            raise FileNotFoundError(f"{checkpoint_dir} has no segment {i}")
         start = i * cfg.piece_steps
         current, state, t0 = model, state0, 0.0
         if previous is not None:
@@ -301,10 +309,14 @@ def write_train_config(run_dir, cfg: TrainConfig, data: TrainData) -> None:
     )
 
 
-def write_train_run(run_dir, traj: Trajectory) -> list[HeadStage]:
-    """The trajectory files and stages.json (per-head stages); the stages found."""
+def write_train_run(
+    run_dir, traj: Trajectory, *, name: str = "train", stages_file="stages.json"
+) -> list[HeadStage]:
+    """The trajectory files ``<name>*`` and ``stages_file`` (per-head stages; None:
+    not written); the stages found."""
     run_dir = Path(run_dir)
-    save_trajectory(run_dir, traj, name="train")
+    save_trajectory(run_dir, traj, name=name)
     stages = detect_head_stages(traj)
-    write_json(run_dir / "stages.json", [s.to_dict() for s in stages])
+    if stages_file is not None:
+        write_json(run_dir / stages_file, [s.to_dict() for s in stages])
     return stages

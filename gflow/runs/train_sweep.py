@@ -1,0 +1,202 @@
+"""A training sweep over seeds and step sizes (``gflow train --seeds K --lrs ...``),
+as one run directory, over one process or several.
+
+A sweep's members are the configurations ``cfg`` with ``lr`` from ``lrs`` (outer)
+and ``seed`` from ``seed`` .. ``seed`` + ``seeds`` − 1 (inner), each an ordinary
+training run (``gflow.runs.train_run.run_train``) with its own held-out sample,
+batches and init. A member's segments are checkpointed in ``checkpoint/<name>/``,
+so an interrupted sweep resumes losing only the segments that were running.
+
+Over P processes (``gflow.runs.distributed``) each process runs the members that
+``assign`` gives it and saves their segments in the shared ``checkpoint/``; process
+0 then reads every member back from there (``gather``) and alone writes the files.
+A member is the same program, with the same inputs, on whichever process runs it,
+so its result does not depend on P.
+
+Layout: config.json (``members`` lists the names, ``sweep`` the seeds and step
+sizes), one trajectory per member named ``train_lr<η>_s<seed>`` (the ``lr`` part
+only with ``lrs``, the ``s`` part only with ``seeds`` > 1) beside each other, as
+``load_run`` reads them, stages.json as ``{member: {"available", "stages"}}``,
+stages_summary.json (stage times as mean ± sd over the seeds, per step size) for
+several seeds, and each member's figures in ``figures/<member>/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from gflow.dynamics.trajectory import Trajectory
+from gflow.runs import train_run  # run_train through the module: tests stub it
+from gflow.runs.distributed import Processes, assign
+from gflow.runs.environment import environment
+from gflow.runs.files import write_json
+from gflow.runs.text_seeds import summarise_seeds
+from gflow.runs.train_run import TrainConfig, TrainData, prepare, write_train_run
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSweep:
+    """The members of a training sweep; validates itself.
+
+    Attributes:
+        seeds: K: the seeds ``seed`` .. ``seed`` + K − 1 of the base configuration.
+        lrs: the peak step sizes, or None for the base configuration's ``lr``.
+    """
+
+    seeds: int = 1
+    lrs: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        if self.seeds < 1:
+            raise ValueError(f"seeds: must be >= 1, got {self.seeds}")
+        if self.lrs is not None:
+            if not self.lrs:
+                raise ValueError("lrs: give at least one step size")
+            for lr in self.lrs:
+                if not (lr > 0 and math.isfinite(lr)):
+                    raise ValueError(f"lrs: every step size must be > 0 and finite, "
+                                     f"got {lr}")  # fmt: skip
+            if len(set(self.lrs)) < len(self.lrs):
+                raise ValueError(f"lrs: a step size is repeated in {list(self.lrs)}")
+
+    @property
+    def is_sweep(self) -> bool:
+        """Whether this is a sweep (else the plain layout of one run)."""
+        return self.seeds > 1 or self.lrs is not None
+
+    def members(self, cfg: TrainConfig) -> list[tuple[str, TrainConfig]]:
+        """(name, configuration) of each member of the sweep around ``cfg``."""
+        if cfg.seed + self.seeds > 2**32:
+            raise ValueError(
+                f"seeds: seed + seeds - 1 = {cfg.seed + self.seeds - 1} must be "
+                "< 2**32; give a smaller --seed or --seeds"
+            )
+        out = []
+        for lr in self.lrs or (cfg.lr,):
+            for seed in range(cfg.seed, cfg.seed + self.seeds):
+                name = "train"
+                name += f"_lr{lr!r}" if self.lrs is not None else ""
+                name += f"_s{seed}" if self.seeds > 1 else ""
+                out.append((name, dataclasses.replace(cfg, lr=lr, seed=seed)))
+        return out
+
+    def to_dict(self) -> dict:
+        lrs = None if self.lrs is None else list(self.lrs)
+        return {"seeds": self.seeds, "lrs": lrs}
+
+
+def owners(count: int, members: int) -> list[int]:
+    """The process of each member: every member costs the same steps, so the
+    longest-processing-time rule deals them out in turn."""
+    return assign([1.0] * members, count)
+
+
+def write_sweep_config(run_dir, cfg: TrainConfig, sweep: TrainSweep, data) -> None:
+    """config.json of a sweep: the base configuration, the sweep, the members."""
+    write_json(
+        Path(run_dir) / "config.json",
+        {
+            "command": "train",
+            "config": dataclasses.asdict(cfg),
+            "sweep": sweep.to_dict(),
+            "members": [name for name, _ in sweep.members(cfg)],
+            "d_vocab": data.d_vocab,
+            "references": data.references,
+            "environment": environment(),
+        },
+    )
+
+
+def _data(member: TrainConfig, cache: dict) -> TrainData:
+    """``prepare(member)``, shared by members that differ in their step size only."""
+    key = dataclasses.replace(member, lr=TrainConfig.lr)
+    if key not in cache:
+        cache[key] = prepare(member)
+    return cache[key]
+
+
+def run_members(
+    cfg: TrainConfig,
+    sweep: TrainSweep,
+    run_dir,
+    *,
+    processes: Processes | None = None,
+    finished=None,
+) -> int:
+    """Train this process's members into ``run_dir/checkpoint/<name>/``; returns
+    how many segments were read back instead of computed.
+
+    ``finished(name, traj)`` is called after each member.
+    """
+    processes = processes or Processes()
+    members = sweep.members(cfg)
+    owner = owners(processes.count, len(members))
+    cache: dict = {}
+    resumed = 0
+    for (name, member), p in zip(members, owner):
+        if p != processes.index:
+            continue
+        traj = train_run.run_train(
+            member, _data(member, cache), checkpoint_dir=_checkpoint(run_dir, name)
+        )
+        resumed += traj.stats["resumed_pieces"]
+        if finished is not None:
+            finished(name, traj)
+    return resumed
+
+
+def _checkpoint(run_dir, name: str) -> Path:
+    return Path(run_dir) / "checkpoint" / name
+
+
+def gather(
+    cfg: TrainConfig, sweep: TrainSweep, run_dir, count: int = 1
+) -> dict[str, tuple[TrainConfig, TrainData, Trajectory]]:
+    """Every member read back from ``run_dir/checkpoint`` (none is computed here):
+    name -> (configuration, data, trajectory). FileNotFoundError names a member
+    whose segments are not all there, and the process of ``count`` that ran it."""
+    members = sweep.members(cfg)
+    owner = owners(count, len(members))
+    cache: dict = {}
+    out = {}
+    for (name, member), p in zip(members, owner):
+        data = _data(member, cache)
+        try:
+            traj = train_run.run_train(
+                member, data, checkpoint_dir=_checkpoint(run_dir, name), read_only=True
+            )
+        except FileNotFoundError as e:
+            raise FileNotFoundError(
+                f"member {name}, run by process {p} of {count}: {e}; put the run "
+                "directory on a filesystem that every process shares"
+            ) from None
+        out[name] = (member, data, traj)
+    return out
+
+
+def write_sweep_run(run_dir, sweep: TrainSweep, runs: dict) -> dict:
+    """Every member's trajectory, stages.json and, for several seeds,
+    stages_summary.json; returns the stages (member -> list of HeadStage)."""
+    run_dir = Path(run_dir)
+    stages, entries = {}, {}
+    for name, (_, _, traj) in runs.items():
+        found = write_train_run(run_dir, traj, name=name, stages_file=None)
+        stages[name] = found
+        entries[name] = {"available": True, "stages": [s.to_dict() for s in found]}
+    write_json(run_dir / "stages.json", entries)
+    if sweep.seeds > 1:
+        write_json(run_dir / "stages_summary.json", _summary(sweep, runs, entries))
+    return stages
+
+
+def _summary(sweep: TrainSweep, runs: dict, entries: dict) -> dict:
+    """Stage times over the seeds of each step size (``summarise_seeds``), keyed
+    ``train`` or ``train_lr<η>``."""
+    groups: dict[str, dict[int, dict]] = {}
+    for name, (member, _, _) in runs.items():
+        base = name.rsplit("_s", 1)[0]
+        groups.setdefault(base, {})[member.seed] = entries[name]
+    seeds = sorted({member.seed for member, _, _ in runs.values()})
+    return summarise_seeds(groups, seeds)
