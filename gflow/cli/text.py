@@ -12,6 +12,7 @@ from gflow.cli.common import (
     start_log,
 )
 from gflow.cli.errors import UsageError
+from gflow.cli.processes import add_process_options, plan
 
 
 def register(sub) -> None:
@@ -214,6 +215,7 @@ def register(sub) -> None:
         "η·λ_max/2 with a warning above 1/2 (not a flow proxy there); 0: off",
     )
     p.add_argument("--float64", action="store_true", help="float64 (flow: always)")
+    add_process_options(p)  # the seeds split over the processes
     p.set_defaults(handler=run)
 
 
@@ -302,6 +304,7 @@ def _resume_settings(args, settings: dict) -> dict:
 def run(args) -> int:
     from gflow.runs.text_config import TextConfig
 
+    how = plan(args)
     settings = _settings(args)
     if args.resume is not None:
         settings = _resume_settings(args, settings)
@@ -311,40 +314,50 @@ def run(args) -> int:
         cfg = TextConfig(**settings)
     except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from None
-    import jax
+    from gflow.cli.text_processes import launch_or_join
 
-    jax.config.update("jax_enable_x64", cfg.x64)  # entry point: x64 is chosen here
+    out = args.resume or args.out or default_out("text")
+    status, processes = launch_or_join(args, cfg, how, out)
+    if status is not None:  # the workers ran it
+        return status
+    from gflow.cli.text_processes import prepare_everywhere, run_spread
     from gflow.plotting.text import plot_attention_rows, plot_text_summary
     from gflow.runs.files import read_json
-    from gflow.runs.text_files import write_text_run, write_text_start
+    from gflow.runs.text_files import write_text_run
     from gflow.runs.text_pieces import RunPieces
-    from gflow.runs.text_run import prepare, run_text
+    from gflow.runs.text_run import run_text
     from gflow.runs.text_seeds import stages_summary, stages_table
     from gflow.text.row_phases import describe
     from gflow.text.stability import stability_line, stability_warning
 
+    main = processes is None or processes.main
     start = time.perf_counter()
-    data = prepare(cfg)
+    data = prepare_everywhere(cfg, out, processes)
     names = ", ".join(repr(data.vocab.tokens[q]) for q in data.queries)
-    if not args.quiet:
+    if main and not args.quiet:
         print(
             f"{len(data.ids)} tokens, d={len(data.vocab)} types "
             f"(unknown {data.vocab.frequencies[data.vocab.unk_id]:.1%}); "
             f"tracking {names}"
         )
-    out = write_text_start(args.resume or args.out or default_out("text"), cfg, data)
-    start_log(out)
+    if main:
+        start_log(out)
     wall = {"prepare": time.perf_counter() - start}
     total = len(cfg.seed_list) * len(cfg.base_names)
     done = []
 
     def report(name, traj, resumed):
         done.append(name)
-        if not args.quiet:
+        if main and not args.quiet:
             how = "read back" if resumed else f"{traj.stats['wall_s']:.1f} s"
             print(f"[{len(done)}/{total}] {name} {traj.status} ({how})", flush=True)
 
-    runs = run_text(cfg, data, pieces=RunPieces(out, cfg, data), report=report)
+    if processes is None:
+        runs = run_text(cfg, data, pieces=RunPieces(out, cfg, data), report=report)
+    else:
+        runs = run_spread(cfg, data, out, processes, report)
+        if runs is None:  # not process 0: its runs are saved
+            return 0
     wall["runs"] = time.perf_counter() - start - sum(wall.values())
     write_text_run(out, cfg, data, runs)
     wall["save"] = time.perf_counter() - start - sum(wall.values())

@@ -28,11 +28,10 @@ def run_sweep(args, cfg, sweep, out, processes) -> int:
     import jax
 
     from gflow.cli.processes import check_run_dir
-    from gflow.runs.distributed import total
+    from gflow.runs.distributed import deal, total
     from gflow.runs.train_run import prepare
     from gflow.runs.train_sweep import (
         gather,
-        owners,
         run_members,
         write_sweep_config,
     )
@@ -68,7 +67,7 @@ def run_sweep(args, cfg, sweep, out, processes) -> int:
     if not main:
         return 0
     ran = {}
-    for (name, _), p in zip(members, owners(count, len(members))):
+    for (name, _), p in zip(members, deal(len(members), count)):
         ran.setdefault(p, []).append(name)
     log = logging.getLogger("gflow")
     for p, names in sorted(ran.items()):

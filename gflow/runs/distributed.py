@@ -80,6 +80,12 @@ def assign(costs: Sequence[float], count: int) -> list[int]:
     return owner
 
 
+def deal(members: int, count: int) -> list[int]:
+    """The process of each of ``members`` equal members (the seeds of a text run,
+    the members of a training sweep): ``assign`` deals them out in turn."""
+    return assign([1.0] * members, count)
+
+
 def _allgather(values: np.ndarray, processes: Processes) -> np.ndarray:
     """``values`` of every process, stacked [P, ...] (a collective)."""
     if processes.count == 1:

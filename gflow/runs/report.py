@@ -58,9 +58,9 @@ def _kv_table(d: dict) -> str:
     return _table([{"name": k, "value": v} for k, v in d.items()])
 
 
-def _img(path: Path) -> str:
+def _img(path: Path, run_dir: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
-    name = html.escape(path.name)
+    name = html.escape(path.relative_to(run_dir).as_posix())
     return (
         f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
         f"<figcaption>{name}</figcaption></figure>"
@@ -129,9 +129,10 @@ def render_report(run_dir) -> str:
             "asymmetry lifting).</p>",
             _table([{k: e.get(k, "") for k in keep} for e in events]),
         ]
-    figures = sorted(run_dir.glob("*.png"))
+    # a training sweep's members draw theirs in figures/<member>/
+    figures = sorted(run_dir.glob("*.png")) + sorted(run_dir.glob("figures/*/*.png"))
     if figures:
-        parts += ["<h2>Figures</h2>", *(_img(p) for p in figures)]
+        parts += ["<h2>Figures</h2>", *(_img(p, run_dir) for p in figures)]
     parts += [
         "<h2>Configuration</h2>",
         f"<pre>{html.escape(json.dumps(cfg, indent=2))}</pre>",

@@ -195,7 +195,13 @@ HEAD_METRICS = {"sv_W_A": "head_sv_W_A"}
 
 
 def run_text(
-    cfg: TextConfig, data: TextData, pieces=None, report=None
+    cfg: TextConfig,
+    data: TextData,
+    pieces=None,
+    report=None,
+    *,
+    seeds=None,
+    read_only: bool = False,
 ) -> dict[str, Trajectory]:
     """Every seed's deterministic run (``cfg.method``) and optimizer arm, each pair
     from one init; names as ``cfg.run_names``.
@@ -208,7 +214,9 @@ def run_text(
 
     ``pieces`` (a ``RunPieces``) saves each run as it ends and reads back those
     already saved (a resumed run); ``report(name, traj, resumed)`` is called after
-    each run.
+    each run. ``seeds``: the seeds to run (default ``cfg.seed_list``; one process's
+    share of several); ``read_only``: every run was saved in ``pieces`` (by other
+    processes) and is read back, FileNotFoundError naming a run that was not.
     """
     d = len(data.vocab)
     loss = TextLoss(data.sample, d_vocab=d, all_positions=cfg.all_positions)
@@ -225,11 +233,13 @@ def run_text(
         shared["stream"] = WindowStream(data.ids, length=cfg.context, batch=cfg.batch)
         shared["tx"] = arm_transform(cfg, dtype)
     runs = {}
-    for seed in cfg.seed_list:
+    for seed in cfg.seed_list if seeds is None else seeds:
         model = init_model(cfg, d, seed)
         for name, arm in zip(cfg.run_names(seed), (_reference, _arm)):
             traj = None if pieces is None else pieces.load(name, model)
             resumed = traj is not None
+            if not resumed and read_only:
+                raise FileNotFoundError(f"run {name} (seed {seed}) was not saved")
             if not resumed:
                 start = time.perf_counter()
                 traj = arm(cfg, seed, model, loss, shared)

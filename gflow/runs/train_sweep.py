@@ -29,7 +29,7 @@ from pathlib import Path
 
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs import train_run  # run_train through the module: tests stub it
-from gflow.runs.distributed import Processes, assign
+from gflow.runs.distributed import Processes, deal
 from gflow.runs.environment import environment
 from gflow.runs.files import write_json
 from gflow.runs.text_seeds import summarise_seeds
@@ -87,12 +87,6 @@ class TrainSweep:
         return {"seeds": self.seeds, "lrs": lrs}
 
 
-def owners(count: int, members: int) -> list[int]:
-    """The process of each member: every member costs the same steps, so the
-    longest-processing-time rule deals them out in turn."""
-    return assign([1.0] * members, count)
-
-
 def write_sweep_config(run_dir, cfg: TrainConfig, sweep: TrainSweep, data) -> None:
     """config.json of a sweep: the base configuration, the sweep, the members."""
     write_json(
@@ -132,7 +126,7 @@ def run_members(
     """
     processes = processes or Processes()
     members = sweep.members(cfg)
-    owner = owners(processes.count, len(members))
+    owner = deal(len(members), processes.count)
     cache: dict = {}
     resumed = 0
     for (name, member), p in zip(members, owner):
@@ -158,7 +152,7 @@ def gather(
     name -> (configuration, data, trajectory). FileNotFoundError names a member
     whose segments are not all there, and the process of ``count`` that ran it."""
     members = sweep.members(cfg)
-    owner = owners(count, len(members))
+    owner = deal(len(members), count)
     cache: dict = {}
     out = {}
     for (name, member), p in zip(members, owner):
