@@ -13,6 +13,7 @@ from gflow.analysis.saddle import (
     condensation_rate,
     restricted_newton,
     saddle_rate,
+    structure,
     unigram_saddle,
 )
 
@@ -140,3 +141,31 @@ def test_condensation_rate_and_errors():
         unigram_saddle(MarkovChain.from_lambda(pi=(0.25,) * 4, lam=0.5), d_model=2)
     with pytest.raises(ValueError, match="unit vector"):
         unigram_saddle(chain, d_model=2, direction=np.ones(2))
+
+
+def test_structure_known_answers(saddle):
+    """At the saddle (plus a rank-one W_A along r): cos(u₁, π) = 1, rank one
+    everywhere, W_A aligned with r rᵀ; an isotropic W_Q has effective rank m."""
+    _, _, model = saddle
+    r = np.eye(M_WIDTH)[0]
+    aligned = _replace(
+        model, W_Q=jnp.asarray(0.1 * np.outer(r, r)), W_K=jnp.eye(M_WIDTH)
+    )
+    s = structure(aligned, PI)
+    assert s["cos_u1_pi"] == pytest.approx(1.0, abs=1e-12)
+    for name in ("W_E", "W_P", "W_Q", "W_A"):
+        assert s[f"ratio_{name}"] < 1e-12
+    assert s["ratio_W_K"] == pytest.approx(1.0)
+    assert s["erank_W_Q"] == pytest.approx(1.0)
+    assert s["erank_W_K"] == pytest.approx(M_WIDTH)
+    for key in ("align_left", "align_right", "align_rr"):
+        assert s[key] == pytest.approx(1.0, abs=1e-12)
+    # W_A = r r'ᵀ with r' ⊥ r: the right factor is misaligned
+    other = _replace(
+        model,
+        W_Q=jnp.asarray(np.outer(r, r)),
+        W_K=jnp.asarray(np.outer(np.eye(M_WIDTH)[1], r)),
+    )
+    s = structure(other, PI)
+    assert s["align_left"] == pytest.approx(1.0) and s["align_right"] < 1e-12
+    assert s["align_rr"] < 1e-12

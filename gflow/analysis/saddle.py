@@ -200,3 +200,45 @@ def restricted_newton(
         keep = jnp.abs(lam) > 1e-8 * jnp.max(jnp.abs(lam))
         x = x - V @ jnp.where(keep, (V.T @ grad) / jnp.where(keep, lam, 1.0), 0.0)
     return join(x), norms
+
+
+def _top_vectors(X):
+    U, s, Vt = np.linalg.svd(np.asarray(X, float))
+    return U[:, 0], s, Vt[0]
+
+
+def _erank(s):
+    p = s / s.sum() if s.sum() > 0 else np.ones_like(s) / s.size
+    p = p[p > 0]
+    return float(np.exp(-np.sum(p * np.log(p))))
+
+
+def structure(model: AttentionModel, pi: Float[np.ndarray, " d"]) -> dict[str, float]:
+    """The stage-wise structural measurements of issue 13 at one model.
+
+    Args:
+        model: a factorised AttentionModel.
+        pi: the stationary distribution [d].
+
+    Returns:
+        ``cos_u1_pi``: |cos(u₁(W_E), π)|; ``ratio_W_E``, ``ratio_W_P``, ``ratio_W_Q``,
+        ``ratio_W_K``, ``ratio_W_A``: σ₂/σ₁ of each block; ``erank_W_Q``,
+        ``erank_W_K``: effective ranks exp(H(σ/Σσ)) (m for an isotropic matrix, 1 for
+        rank one); ``align_left``, ``align_right``: |u₁(W_A)·r| and |v₁(W_A)·r| with r
+        = v₁(W_E), the condensed direction; ``align_rr``: |rᵀW_A r| / σ₁(W_A), 1 when
+        W_A = σ r rᵀ.
+    """
+    pi = np.asarray(pi, float)
+    uE, sE, r = _top_vectors(model.W_E)
+    out = {"cos_u1_pi": float(abs(uE @ pi) / np.linalg.norm(pi))}
+    for name in ("W_E", "W_P", "W_Q", "W_K", "W_A"):
+        s = np.linalg.svd(np.asarray(getattr(model, name), float), compute_uv=False)
+        out[f"ratio_{name}"] = float(s[1] / s[0]) if s[0] > 0 else 0.0
+        if name in ("W_Q", "W_K"):
+            out[f"erank_{name}"] = _erank(s)
+    uA, sA, vA = _top_vectors(model.W_A)
+    out["align_left"] = float(abs(uA @ r))
+    out["align_right"] = float(abs(vA @ r))
+    W_A = np.asarray(model.W_A, float)
+    out["align_rr"] = float(abs(r @ W_A @ r) / sA[0]) if sA[0] > 0 else 0.0
+    return out
