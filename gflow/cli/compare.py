@@ -27,6 +27,13 @@ def register(sub) -> None:
     p.add_argument("--beta", type=float, default=0.9, help="momentum β / Adam β₁")
     p.add_argument("--threshold", type=float, default=0.1)
     p.add_argument("--num-saves", type=int, default=201)
+    p.add_argument(
+        "--reference",
+        default="flow",
+        choices=("flow", "central"),
+        help="'central' also compares GD with its central flow at the edge of "
+        "stability (Cohen et al. 2024), beside the gradient flow",
+    )
     add_out_option(p, "compare")
     p.set_defaults(handler=run)
 
@@ -51,6 +58,8 @@ def _check(args) -> None:
     positive("--threshold", args.threshold)
     if args.num_saves < 2:
         raise UsageError(f"--num-saves: must be >= 2, got {args.num_saves}")
+    if args.reference == "central" and args.optimizer != "sgd":
+        raise UsageError("--reference central is the central flow of GD; use sgd")
 
 
 def run(args) -> int:
@@ -104,10 +113,26 @@ def run(args) -> int:
         progress=False,
     )
     cmp = compare(traj, flow, threshold=args.threshold, pi=chain.pi)
+    central = central_cmp = None
+    if args.reference == "central":
+        from gflow.dynamics.references.central import CentralFlowReference
+
+        (central,) = CentralFlowReference().solve(
+            loss, model, [traj.t[:n]], [args.lr], obs
+        )
+        central_cmp = compare(traj, central, threshold=args.threshold, pi=chain.pi)
     out = args.out or default_out("compare")
     settings = {
         k: getattr(args, k)
-        for k in ("optimizer", "lr", "t1", "beta", "threshold", "num_saves")
+        for k in (
+            "optimizer",
+            "lr",
+            "t1",
+            "beta",
+            "threshold",
+            "num_saves",
+            "reference",
+        )
     }
     write_json(  # what load_run and gflow report read
         Path(out) / "config.json",
@@ -119,6 +144,8 @@ def run(args) -> int:
     )
     save_trajectory(out, traj, name="optimizer")
     save_trajectory(out, flow, name="flow")
+    if central is not None:
+        save_trajectory(out, central, name="central")
     write_json(
         Path(out) / "compare.json",
         {
@@ -129,6 +156,15 @@ def run(args) -> int:
             "status": traj.status,
             **{k: v for k, v in cmp.items() if k != "distance"},
             "distance": cmp["distance"],
+            "central": None
+            if central_cmp is None
+            else {
+                "error": central_cmp["error"],
+                "final_error": central_cmp["final_error"],
+                "departure_time": central_cmp["departure_time"],
+                "lambda_max": central.metrics["lambda_max"].tolist(),
+                "predicted_loss": central.metrics["predicted_loss"].tolist(),
+            },
             "environment": environment(),
         },
     )
@@ -146,4 +182,10 @@ def run(args) -> int:
         f"{'-' if dep is None else f'{dep:g}'}, {time.perf_counter() - start:.1f} s "
         f"-> {out}"
     )
+    if central_cmp is not None:
+        print(
+            f"  central flow: max distance {central_cmp['error']:.4g}, final "
+            f"{central_cmp['final_error']:.4g} (gradient flow: final "
+            f"{cmp['final_error']:.4g})"
+        )
     return 0

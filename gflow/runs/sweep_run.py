@@ -14,9 +14,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from gflow.analysis.compare import compare
 from gflow.analysis.sharpness import predicted_departure, sharpness_along
 from gflow.analysis.sweep_compare import compare_sweep
 from gflow.dynamics.optimizers import OPTIMIZERS, optimizer_named
+from gflow.dynamics.references.central import CentralFlowReference
 from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
 from gflow.dynamics.sweep import SweepRun, member_mesh, run_sweep
 from gflow.problems.losses import PopulationLoss
@@ -26,7 +28,11 @@ from gflow.runs.files import read_json, write_json
 from gflow.runs.flow_run import FlowConfig
 from gflow.runs.resumable_sweep import load_members, run_sweep_resumable
 
-REFERENCES = {"flow": FlowReference, "modified": ModifiedFlowReference}
+REFERENCES = {
+    "flow": FlowReference,
+    "modified": ModifiedFlowReference,
+    "central": CentralFlowReference,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,10 +61,8 @@ class SweepConfig:
                 f"reference: unknown {self.reference!r}; choose one of "
                 f"{', '.join(REFERENCES)}"
             )
-        if self.reference == "modified" and self.optimizer != "sgd":
-            raise ValueError(
-                "reference: 'modified' is the modified flow of GD; use sgd"
-            )
+        if self.reference in ("modified", "central") and self.optimizer != "sgd":
+            raise ValueError(f"reference: {self.reference!r} is a flow of GD; use sgd")
         if not self.lrs or not all(lr > 0 and math.isfinite(lr) for lr in self.lrs):
             raise ValueError(f"lrs: need positive, finite step sizes, got {self.lrs}")
         repeated = sorted({lr for lr in self.lrs if self.lrs.count(lr) > 1})
@@ -181,9 +185,28 @@ def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
             rec["predicted_departure"] = predicted_departure(
                 ref.t, lam, rec["lr"], stability
             )
+    if cfg.reference != "flow":
+        _add_flow_distances(result, run, loss, model, cfg.threshold)
     result["run"] = run
     result["stability"] = stability
     return result
+
+
+def _add_flow_distances(result, run, loss, model, threshold) -> None:
+    """Each compared member's distance to the gradient flow beside its reference's.
+
+    Answers "does this member follow its reference better than the flow?", e.g. GD
+    past the edge of stability against the central flow.
+    """
+    compared = sorted(result["comparisons"])
+    if not compared:
+        return
+    flows = FlowReference().solve(loss, model, [run.t[m] for m in compared], None)
+    for m, flow in zip(compared, flows):
+        cmp = compare(run.member(m), flow, threshold=threshold)
+        rec = result["members"][m]
+        rec["flow_error"] = cmp["error"]
+        rec["flow_final_error"] = cmp["final_error"]
 
 
 def write_sweep_config(run_dir, cfg: SweepConfig) -> None:
