@@ -43,6 +43,9 @@ from gflow.dynamics.references.flow import (
     ModifiedFlowReference as ModifiedFlowReference,
 )
 from gflow.dynamics.references.flow import ModifiedLoss as ModifiedLoss
+from gflow.dynamics.references.central import (
+    CentralFlowReference as CentralFlowReference,
+)
 from gflow.dynamics.references.optimizer_odes import (
     AdamODEReference as AdamODEReference,
 )
@@ -117,6 +120,7 @@ __all__ = [
     "MarkovStream",
     "ModifiedFlowReference",
     "ModifiedLoss",
+    "CentralFlowReference",
     "Momentum",
     "MomentumODEReference",
     "Monitor",

@@ -41,7 +41,8 @@ def register(sub) -> None:
         "--reference",
         default=d.reference,
         choices=tuple(REFERENCES),
-        help="flow: dθ/dt = -∇L; modified: -∇(L + η/4 |∇L|²) (GD only)",
+        help="flow: dθ/dt = -∇L; modified: -∇(L + η/4 |∇L|²) (GD only); central: "
+        "GD's central flow at the edge of stability, λ_max held at 2/η (GD only)",
     )
     p.add_argument("--num-saves", type=int, default=d.num_saves)
     p.add_argument(
@@ -55,6 +56,12 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=d.flow.seed)
     p.add_argument(
         "--no-shard", action="store_true", help="do not shard members over devices"
+    )
+    p.add_argument(
+        "--member-stages",
+        action="store_true",
+        help="per member: its own λ_max at every save (against the stability bound "
+        "c/η) and its stages, in sweep.json",
     )
     p.add_argument(
         "--chunk",
@@ -107,6 +114,7 @@ def _resolve(args, processes: int = 1):
             beta=args.beta,
             sharded=not args.no_shard,
             chunk=chunk,
+            member_analysis=args.member_stages,
             flow=dataclasses.replace(
                 FlowConfig(), init_scale=args.init_scale, seed=args.seed
             ),
@@ -123,7 +131,8 @@ def worker_args(cfg, run_dir) -> list[str]:
             "--beta", repr(cfg.beta), "--init-scale", repr(cfg.flow.init_scale),
             "--seed", str(cfg.flow.seed), "--chunk", str(cfg.chunk),
             "--out", str(run_dir)]  # fmt: skip
-    return argv if cfg.sharded else [*argv, "--no-shard"]
+    argv = argv if cfg.sharded else [*argv, "--no-shard"]
+    return [*argv, "--member-stages"] if cfg.member_analysis else argv
 
 
 def _check_split(cfg, count: int, what: str, resumed: bool) -> None:
@@ -235,6 +244,16 @@ def run(args) -> int:
             f"departure={'-' if dep is None else f'{dep:g}':<8} "
             f"first loss rise={'-' if rise is None else f'{rise:g}'}"
         )
+        if "flow_final_error" in r:
+            flow_err = r["flow_final_error"]
+            print(f"    final distance to the gradient flow {flow_err:.4g}")
+        if "stages" in r:
+            edge = r["edge_time"]
+            print(
+                f"    λ_max crosses {r['edge']:.3g} at "
+                f"{'-' if edge is None else f'{edge:g}'}; stages "
+                + (" ".join(f"{s['stage'][0]}{s['cycle']}" for s in r["stages"]) or "-")
+            )
     resumed = result["run"].info.get("resumed_chunks", 0)
     count = result["run"].info.get("processes", 1)
     print(

@@ -16,8 +16,11 @@ import numpy as np
 
 from gflow.analysis.compare import compare
 from gflow.analysis.sharpness import predicted_departure, sharpness_along
+from gflow.analysis.stage_observables import StageObservables
+from gflow.analysis.stages import detect_stages
 from gflow.analysis.sweep_compare import compare_sweep
 from gflow.dynamics.optimizers import OPTIMIZERS, optimizer_named
+from gflow.dynamics.references.base import evaluate_along
 from gflow.dynamics.references.central import CentralFlowReference
 from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
 from gflow.dynamics.sweep import SweepRun, member_mesh, run_sweep
@@ -48,6 +51,7 @@ class SweepConfig:
     beta: float = 0.9
     sharded: bool = True
     chunk: int = 4
+    member_analysis: bool = False
     flow: FlowConfig = FlowConfig()
 
     def __post_init__(self):
@@ -101,7 +105,7 @@ class SweepConfig:
     def fingerprint(self) -> str:
         """A hash of the settings that determine the members (not the comparison)."""
         members = dataclasses.asdict(self)
-        for key in ("reference", "threshold"):
+        for key in ("reference", "threshold", "member_analysis"):
             members.pop(key)
         text = json.dumps(members, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -187,9 +191,33 @@ def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
             )
     if cfg.reference != "flow":
         _add_flow_distances(result, run, loss, model, cfg.threshold)
+    if cfg.member_analysis:
+        _add_member_analysis(result, run, loss, chain, key, stability)
     result["run"] = run
     result["stability"] = stability
     return result
+
+
+def _add_member_analysis(result, run, loss, chain, key, stability) -> None:
+    """Each member's own sharpness at its saves (against stability/η) and stages.
+
+    λ_max by warm-started Lanczos on the member's snapshots; the stages by
+    ``detect_stages`` on the stage observables recomputed from them, so a member
+    that leaves the flow shows which stages (and cycles) it keeps.
+    """
+    observables = StageObservables(chain)
+    for m, rec in enumerate(result["members"]):
+        member = run.member(m)
+        if rec["status"] != "success" or member.params is None:
+            continue
+        lam = sharpness_along(loss, member, key=key)
+        rec["lambda_max"] = lam.tolist()
+        rec["edge"] = stability / rec["lr"]
+        rec["edge_time"] = predicted_departure(member.t, lam, rec["lr"], stability)
+        observed = evaluate_along(member, loss, observables)
+        rec["stages"] = [
+            s.to_dict() for s in detect_stages(observed, pi=np.asarray(chain.pi))
+        ]
 
 
 def _add_flow_distances(result, run, loss, model, threshold) -> None:
