@@ -127,6 +127,14 @@ VALID = {
     ("train", "--heads"): lambda n: n in (1, 2),
     ("train", "--d-model"): lambda n: n >= 1,
     ("train", "--vocab-size"): lambda n: n >= 2,
+    # a training sweep: seed 0 + seeds - 1 < 2**32; distinct step sizes > 0
+    ("train", "--seeds"): lambda n: 1 <= n <= 2**32,
+    ("train", "--lrs"): lambda lrs: (
+        len(lrs) >= 1 and all(_positive(x) for x in lrs) and len(set(lrs)) == len(lrs)
+    ),
+    # the base train and text runs have one member (one seed): one process at most
+    ("train", "--processes"): lambda n: n == 1,
+    ("text", "--processes"): lambda n: n == 1,
 }
 DEFAULT_VALID = {float: _positive, int: lambda n: n >= 1, common.floats: None}
 
