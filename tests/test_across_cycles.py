@@ -1,7 +1,10 @@
 """Sweeps over the whole cycle: each member's own sharpness against its stability
 bound and its own stages (``gflow sweep --member-stages``, issue 19)."""
 
+import importlib.util
 import json
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -42,3 +45,42 @@ def test_member_analysis_does_not_change_the_members_fingerprint():
     assert (
         SweepConfig(member_analysis=True).fingerprint() == SweepConfig().fingerprint()
     )
+
+
+def _record(optimizer, lr, stages, edge_time, final, central=None):
+    rec = {
+        "optimizer": optimizer,
+        "lr": lr,
+        "status": "success",
+        "stages": [{"stage": s, "cycle": c} for s, c in stages],
+        "edge": 2.0 / lr,
+        "edge_time": edge_time,
+        "departure": 10.0,
+        "flow_final": final,
+    }
+    if central is not None:
+        rec["central_final"] = central
+    return rec
+
+
+def test_experiment_table_gives_mean_and_sd_over_seeds_and_stage_agreement():
+    path = Path(__file__).parents[1] / "experiments" / "optimizers_across_cycles.py"
+    spec = importlib.util.spec_from_file_location("across_cycles", path)
+    exp = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = exp  # dataclasses look their module up
+    spec.loader.exec_module(exp)
+    flow = {"stages": [{"stage": "condensation", "cycle": 1}], "lambda_max": [0.5, 9]}
+    one = [("condensation", 1), ("focus", 1)]
+    seeds = [
+        {"flow": flow, "members": [_record("sgd", 1.0, one, 300.0, 0.5, 0.1)]},
+        {"flow": flow, "members": [_record("sgd", 1.0, one[:1], 320.0, 0.7, 0.3)]},
+    ]
+    text = exp.table(seeds, exp.Settings(t1=100.0))
+    row = [line for line in text.splitlines() if line.startswith("| sgd")][0]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "310 ± 14.1"  # λ_max > c/η at: mean ± sample sd
+    assert cells[4] == "C1 F1"
+    assert cells[5] == "1/2"  # seed 1 lost the focus
+    assert cells[7] == "0.6 ± 0.141"
+    assert cells[8] == "0.2 ± 0.141"
+    assert text.startswith("Gradient flow: stages C1;")
