@@ -14,7 +14,9 @@ def load_run(run_dir) -> dict:
 
     Returns:
         dict with ``"config"`` (the resolved configuration) and, for each trajectory
-        saved there (``flow``, ``optimizer`` ...), its name -> Trajectory; for a
+        saved there (``flow``, ``optimizer`` ..., each member ``train_lr<η>_s<seed>``
+        of a training sweep, listed in its config's ``members``), its name ->
+        Trajectory; for a
         ``gflow sweep`` directory also ``"sweep"`` (sweep.json) and ``"members"``
         (the SweepRun of its members, ``.member(m)`` a Trajectory).
     """
