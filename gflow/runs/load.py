@@ -16,9 +16,9 @@ def load_run(run_dir) -> dict:
         dict with ``"config"`` (the resolved configuration) and, for each trajectory
         saved there (``flow``, ``optimizer`` ..., each member ``train_lr<η>_s<seed>``
         of a training sweep, listed in its config's ``members``), its name ->
-        Trajectory; for a
-        ``gflow sweep`` directory also ``"sweep"`` (sweep.json) and ``"members"``
-        (the SweepRun of its members, ``.member(m)`` a Trajectory).
+        Trajectory; for a ``gflow sweep`` directory also ``"sweep"`` (sweep.json)
+        and ``"members"`` (the SweepRun of its members, ``.member(m)`` a
+        Trajectory).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
