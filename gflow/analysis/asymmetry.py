@@ -177,13 +177,9 @@ def rank_one_critical_point(
         (width-1 model at the critical point, |∇L| before each Newton step).
     """
     if init is None:
-        init = unigram_saddle(chain, d_model=1, dtype=jnp.float64)
-        init = AttentionModel(
-            W_E=init.W_E,
-            W_Q=jnp.full((1, 1), 1e-3),
-            W_K=jnp.full((1, 1), 1e-3),
-            W_P=init.W_P,
-        )
+        init = unigram_saddle(chain, d_model=1)
+        small = jnp.full((1, 1), 1e-3, init.W_E.dtype)
+        init = AttentionModel(W_E=init.W_E, W_Q=small, W_K=small, W_P=init.W_P)
     loss = PopulationLoss(chain)
     traj = solve_flow(loss, init, t1=t1, ts=np.array([t1]), progress=False)
     return newton_critical_point(loss, traj.final, iters=newton_iters, tol=1e-12)
