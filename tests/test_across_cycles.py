@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
 from gflow.analysis.hessian import max_eigenvalue
 from gflow.cli.main import main
@@ -16,6 +17,7 @@ from gflow.runs.load import load_run
 from gflow.runs.sweep_run import SweepConfig
 
 
+@pytest.mark.slow
 def test_member_stages_hold_each_members_sharpness_and_stages(tmp_path, capsys):
     out = tmp_path / "sweep"
     argv = ["sweep", "--lrs", "1,0.5", "--t1", "200", "--num-saves", "41"]

@@ -64,6 +64,7 @@ def test_third_derivatives_equal_finite_differences():
     U = jnp.asarray(np.linalg.qr(rng.normal(size=(7, 2)))[0])
     T = _third_derivatives(f, w, U)
 
+    @jax.jit
     def quad(x, i, j):
         return U[:, i] @ jax.hessian(f)(x) @ U[:, j]
 
@@ -170,6 +171,7 @@ def test_settings_are_checked():
     assert ref.hyperparams(0.3) == {"learning_rate": 0.3}
 
 
+@pytest.mark.slow
 def test_compare_cli_writes_the_central_comparison(tmp_path, capsys):
     from gflow.cli.main import main
 
