@@ -82,24 +82,6 @@ class RKC2(diffrax.AbstractSolver):
     def order(self, terms: PyTree[diffrax.AbstractTerm]) -> int:
         return 2
 
-    def _power(self, terms, t, y, args, v, iters):
-        """Power iteration on w ↦ J(y) w; returns (unit vector, |J v| estimate)."""
-
-        def jvp(w):
-            return jax.jvp(lambda z: terms.vf(t, z, args), (y,), (w,))[1]
-
-        def body(_, carry):
-            v, _ = carry
-            w = jvp(v)
-            n = tree_norm(w)
-            safe = n > 0
-            return tree_scale(jnp.where(safe, 1.0 / jnp.where(safe, n, 1.0), 0.0), w), n
-
-        v, rho = jax.lax.fori_loop(0, iters, body, (v, jnp.zeros((), _dtype(y))))
-        # a zero Jacobian leaves v = 0; restart from a fixed vector next time
-        v = jax.lax.cond(tree_norm(v) > 0, lambda: v, lambda: _start_vector(y))
-        return v, rho
-
     def init(
         self,
         terms: PyTree[diffrax.AbstractTerm],
@@ -108,8 +90,8 @@ class RKC2(diffrax.AbstractSolver):
         y0: PyTree,
         args: PyTree,
     ) -> RKCState:
-        v, rho = self._power(
-            terms, t0, y0, args, _start_vector(y0), self.init_power_iters
+        v, rho = power_iteration(
+            terms, t0, y0, args, start_vector(y0), self.init_power_iters
         )
         f0 = terms.vf(t0, y0, args)
         return RKCState(
@@ -143,17 +125,7 @@ class RKC2(diffrax.AbstractSolver):
         made_jump: Bool[ArrayLike, ""],
     ) -> RKCState:
         """The state with f0 at y0 and ρ updated by ``power_iters`` products."""
-        st = solver_state
-        f0 = jax.lax.cond(made_jump, lambda: terms.vf(t0, y0, args), lambda: st.f0)
-        v, rho = self._power(terms, t0, y0, args, st.v, self.power_iters)
-        evals = 2 * self.power_iters + jnp.where(made_jump, 1, 0)
-        return RKCState(
-            f0=f0,
-            v=v,
-            rho=rho,
-            num_evals=st.num_evals + evals,
-            max_stages=st.max_stages,
-        )
+        return track(terms, t0, y0, args, solver_state, made_jump, self.power_iters)
 
     def advance(
         self,
@@ -206,13 +178,52 @@ def _dtype(y):
     return jax.tree.leaves(y)[0].dtype
 
 
-def _start_vector(y):
+def start_vector(y: PyTree) -> PyTree:
     """A fixed, generic unit vector shaped like y (deterministic)."""
     leaves, treedef = jax.tree.flatten(y)
     keys = jax.random.split(jax.random.key(0), len(leaves))
     out = [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
     v = jax.tree.unflatten(treedef, out)
     return tree_scale(1.0 / tree_norm(v), v)
+
+
+def power_iteration(terms, t, y, args, v, iters):
+    """Power iteration on w ↦ J(y) w; returns (unit vector, |J v| estimate).
+
+    J is the Jacobian of the vector field at (t, y), applied by forward-mode
+    products (for a gradient flow, Hessian-vector products); ``v`` is the start
+    vector (unit norm), ``iters`` the number of products.
+    """
+
+    def jvp(w):
+        return jax.jvp(lambda z: terms.vf(t, z, args), (y,), (w,))[1]
+
+    def body(_, carry):
+        v, _ = carry
+        w = jvp(v)
+        n = tree_norm(w)
+        safe = n > 0
+        return tree_scale(jnp.where(safe, 1.0 / jnp.where(safe, n, 1.0), 0.0), w), n
+
+    v, rho = jax.lax.fori_loop(0, iters, body, (v, jnp.zeros((), _dtype(y))))
+    # a zero Jacobian leaves v = 0; restart from a fixed vector next time
+    v = jax.lax.cond(tree_norm(v) > 0, lambda: v, lambda: start_vector(y))
+    return v, rho
+
+
+def track(terms, t0, y0, args, state: RKCState, made_jump, power_iters) -> RKCState:
+    """``state`` with f0 at (t0, y0) (recomputed after a jump) and ρ updated by
+    ``power_iters`` Jacobian-vector products, each counted as two evaluations."""
+    f0 = jax.lax.cond(made_jump, lambda: terms.vf(t0, y0, args), lambda: state.f0)
+    v, rho = power_iteration(terms, t0, y0, args, state.v, power_iters)
+    evals = 2 * power_iters + jnp.where(made_jump, 1, 0)
+    return RKCState(
+        f0=f0,
+        v=v,
+        rho=rho,
+        num_evals=state.num_evals + evals,
+        max_stages=state.max_stages,
+    )
 
 
 def _rkc_stages(terms, t0, h, y0, f0, args, s):

@@ -1,0 +1,200 @@
+"""The stiffness-aware default: Tsit5 steps while the flow is not stiff, exponential
+Rosenbrock (EXPRB32) steps once Tsit5's steps are limited by stability and the
+exponential steps are cheaper.
+
+Stiffness is detected for free, from Tsit5's own stages (Hairer, Nørsett & Wanner,
+Solving ODEs I §II.4, as in Hairer's DOPRI5 code): the last two stages are both
+evaluated at t0 + h, at the points y₆ (the sixth stage) and y₇ = y₁ (the solution), so
+
+    h ρ ≈ h ‖f(y₇) − f(y₆)‖ / ‖y₇ − y₆‖
+
+estimates h times the Jacobian's spectral radius. While it stays below ``switch_on``
+(Tsit5's real stability interval ends near 3.3) the solver is Tsit5 at Tsit5's cost:
+six evaluations a step, no Jacobian-vector product. Once it reaches ``switch_on`` the
+next step is an EXPRB32 step, which costs 2 + 4m evaluations (m Lanczos steps) however
+large h ρ is, while Tsit5 at its stability limit pays about 6/(3.3/ρ) ≈ 1.8 ρ per unit
+time. So the exponential steps are kept while h ρ ≥ ``switch_off`` (≈ (2 + 4m)/1.8 at
+m = 6, ρ now the largest Lanczos Ritz value) and Tsit5 takes over below it. Two counts
+stop the switch from oscillating: a switch to EXPRB32 waits ``cooldown`` accepted
+Tsit5 steps after the last switch back, and EXPRB32 keeps at least ``probation``
+steps, enough for the controller to grow h from Tsit5's stability-limited step. One
+PID controller drives both; EXPRB32's error estimate is multiplied by
+``stiff_error_scale`` first, which calibrates the two methods' global errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree, Real
+
+from gflow.dynamics.solvers.exprb import EXPRB32, exprb32_step
+from gflow.dynamics.tree import tree_norm, tree_scale
+
+
+class AutoState(eqx.Module):
+    """What AutoSwitch carries between steps."""
+
+    f0: PyTree  # the vector field at the step's start (first same as last)
+    rho: Float[Array, ""]  # spectral radius: Hairer's estimate, then Lanczos's
+    num_evals: Int[Array, ""]  # vector-field evaluations in accepted steps (JVPs: 2)
+    stiff: Bool[Array, ""]  # the next step is an exponential step
+    steps_in_mode: Int[Array, ""]  # accepted steps since the last switch
+    num_switches: Int[Array, ""]  # how often the method changed, either way
+
+
+class AutoSwitch(diffrax.AbstractSolver):
+    """Tsit5 until its own stages say the flow is stiff, then EXPRB32 (and back).
+
+    The defaults were chosen on the default Markov flow (docs/integrators.md): to
+    t = 3000 at rtol 1e-6 it ends closer to a Dopri8 reference than Tsit5 with about
+    30× fewer gradient evaluations, and to t = 400 it costs 1.14× Tsit5's.
+
+    Attributes:
+        stiff: the exponential solver of the stiff phase.
+        switch_on: Hairer's h ρ from Tsit5's stages at which EXPRB32 takes over
+            (Tsit5's real stability interval ends near 3.3).
+        switch_off: h ρ (ρ from Lanczos) below which Tsit5 takes over again: where
+            EXPRB32's 2 + 4m evaluations a step cost more than stability-limited
+            Tsit5 steps.
+        cooldown: accepted Tsit5 steps after a switch back before EXPRB32 may be
+            tried again.
+        probation: accepted EXPRB32 steps before it may hand back to Tsit5.
+        stiff_error_scale: factor on EXPRB32's error estimate before the controller
+            sees it (its steps then run at a tolerance this many times tighter);
+            2 made the final error at t = 3000 smaller than Tsit5's.
+    """
+
+    stiff: EXPRB32 = EXPRB32()
+    switch_on: float = 2.5
+    switch_off: float = 12.0
+    cooldown: int = 200
+    probation: int = 3
+    stiff_error_scale: float = 2.0
+
+    term_structure: ClassVar = diffrax.AbstractTerm
+    interpolation_cls: ClassVar[Callable] = (
+        diffrax.ThirdOrderHermitePolynomialInterpolation
+    )
+
+    def __check_init__(self):
+        if not (self.switch_on > 0 and self.switch_off > 0):
+            raise ValueError(
+                "switch_on and switch_off must be > 0, got "
+                f"{self.switch_on}, {self.switch_off}"
+            )
+        if self.cooldown < 0 or self.probation < 0:
+            raise ValueError(
+                "cooldown and probation must be >= 0, got "
+                f"{self.cooldown}, {self.probation}"
+            )
+        if not self.stiff_error_scale > 0:
+            raise ValueError(
+                f"stiff_error_scale must be > 0, got {self.stiff_error_scale}"
+            )
+
+    def order(self, terms: PyTree[diffrax.AbstractTerm]) -> int:
+        return 4
+
+    def init(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        t1: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+    ) -> AutoState:
+        return AutoState(
+            f0=terms.vf(t0, y0, args),
+            rho=jnp.zeros((), jax.tree.leaves(y0)[0].dtype),
+            num_evals=jnp.ones((), jnp.int32),
+            stiff=jnp.zeros((), bool),
+            steps_in_mode=jnp.asarray(self.cooldown, jnp.int32),  # may switch at once
+            num_switches=jnp.zeros((), jnp.int32),
+        )
+
+    def step(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        t1: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+        solver_state: AutoState,
+        made_jump: Bool[ArrayLike, ""],
+    ) -> tuple[PyTree, PyTree, dict[str, PyTree], AutoState, diffrax.RESULTS]:
+        st = solver_state
+        h = t1 - t0
+        jumped = jnp.asarray(made_jump)
+        f0 = jax.lax.cond(jumped, lambda: terms.vf(t0, y0, args), lambda: st.f0)
+
+        def explicit():
+            y1, f1, y_error, h_rho = tsit5_step(terms, t0, h, y0, f0, args)
+            return y1, f1, y_error, h_rho, 6
+
+        def exponential():
+            y1, f1, y_error, rho = exprb32_step(
+                terms, t0, h, y0, f0, args, self.stiff.krylov_dim
+            )
+            y_error = tree_scale(self.stiff_error_scale, y_error)
+            return y1, f1, y_error, h * rho, 2 + 4 * self.stiff.krylov_dim
+
+        y1, f1, y_error, h_rho, evals = jax.lax.cond(st.stiff, exponential, explicit)
+        settled = st.steps_in_mode >= jnp.where(st.stiff, self.probation, self.cooldown)
+        wanted = jnp.where(st.stiff, h_rho >= self.switch_off, h_rho >= self.switch_on)
+        stiff = jnp.where(settled, wanted, st.stiff)
+        new = AutoState(
+            f0=f1,
+            rho=jnp.where(h > 0, h_rho / jnp.where(h > 0, h, 1.0), 0.0),
+            num_evals=st.num_evals + jumped + evals,
+            stiff=stiff,
+            steps_in_mode=jnp.where(stiff == st.stiff, st.steps_in_mode + 1, 0),
+            num_switches=st.num_switches + (stiff != st.stiff),
+        )
+        dense_info = dict(y0=y0, y1=y1, k0=tree_scale(h, f0), k1=tree_scale(h, f1))
+        return y1, y_error, dense_info, new, diffrax.RESULTS.successful
+
+    def func(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+    ) -> PyTree:
+        return terms.vf(t0, y0, args)
+
+
+_TSIT5 = diffrax.Tsit5().tableau
+
+
+def tsit5_step(terms, t0, h, y0, f0, args):
+    """One Tsit5 step (Tsitouras 2011, Diffrax's tableau) with Hairer's stiffness
+    estimate; returns (y1, f(y1), error estimate, h ρ).
+
+    Tsit5's sixth and seventh stages are both at t0 + h (c₆ = c₇ = 1) and the seventh
+    is at the solution (first same as last), so their difference measures the
+    Jacobian for free: h ρ ≈ h ‖k₇ − k₆‖ / ‖y₇ − y₆‖.
+    """
+    ks = [f0]
+    ys = []
+    for c, a in zip(_TSIT5.c, _TSIT5.a_lower):
+        yi = jax.tree.map(
+            lambda x, *kk, a=a: x + h * sum(float(aj) * k for aj, k in zip(a, kk)),
+            y0,
+            *ks,
+        )
+        ys.append(yi)
+        ks.append(terms.vf(t0 + float(c) * h, yi, args))
+    y1, f1 = ys[-1], ks[-1]
+    y_error = jax.tree.map(
+        lambda *kk: h * sum(float(e) * k for e, k in zip(_TSIT5.b_error, kk)), *ks
+    )
+    ndy = tree_norm(jax.tree.map(jnp.subtract, y1, ys[-2]))
+    ndk = tree_norm(jax.tree.map(jnp.subtract, f1, ks[-2]))
+    h_rho = jnp.where(ndy > 0, h * ndk / jnp.where(ndy > 0, ndy, 1.0), 0.0)
+    return y1, f1, y_error, h_rho
