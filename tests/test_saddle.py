@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gflow import MarkovChain, PopulationLoss
-from gflow.analysis.hessian import extreme_eigenpairs
+from gflow.analysis.critical import hessian_spectrum, linearised_flow
+from gflow.analysis.hessian import extreme_eigenpairs, flatten
 from gflow.analysis.saddle import (
     block_spectra,
     condensation_rate,
@@ -16,6 +17,7 @@ from gflow.analysis.saddle import (
     structure,
     unigram_saddle,
 )
+from gflow.dynamics.flow import solve_flow
 
 PI = np.array([0.75, 0.19, 0.05, 0.01])
 M_WIDTH = 3
@@ -169,3 +171,34 @@ def test_structure_known_answers(saddle):
     s = structure(other, PI)
     assert s["align_left"] == pytest.approx(1.0) and s["align_right"] < 1e-12
     assert s["align_rr"] < 1e-12
+
+
+@pytest.mark.slow
+def test_the_linearised_flow_follows_the_real_flow_near_the_saddle(saddle):
+    """exp(−Ht)δθ₀ against the flow from θ* + η·u: the error is O(η) relative."""
+    chain, loss, model = saddle
+    lam, V = hessian_spectrum(loss, model)
+    x_star, unravel = flatten(model)
+    u = np.random.default_rng(0).normal(size=x_star.size)
+    u /= np.linalg.norm(u)
+    ts = np.linspace(0.0, 30.0, 4)
+    err = {}
+    for eta in (1e-3, 1e-4):
+        traj = solve_flow(
+            loss,
+            unravel(x_star + eta * u),
+            t1=30.0,
+            ts=ts,
+            save_params=True,
+            rtol=1e-11,
+            atol=1e-13,
+        )
+        actual = np.stack(
+            [np.asarray(flatten(traj.snapshot(i))[0] - x_star) for i in range(4)]
+        )
+        pred = linearised_flow(lam, V, eta * u, ts)
+        err[eta] = np.linalg.norm(actual - pred, axis=1) / np.linalg.norm(
+            actual, axis=1
+        )
+    assert err[1e-4][-1] < 1e-3
+    np.testing.assert_allclose(err[1e-3][1:] / err[1e-4][1:], 10.0, rtol=0.1)
