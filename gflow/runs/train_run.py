@@ -12,6 +12,7 @@ optimizer state, so an interrupted run resumes bit for bit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 
@@ -184,24 +185,57 @@ def prepare(cfg: TrainConfig) -> TrainData:
 
 
 def init_model(cfg: TrainConfig, d_vocab: int) -> Transformer:
-    """The initial Transformer, drawn in one jitted program."""
-    dtype = np.float64 if cfg.x64 else np.float32
+    """The initial Transformer, drawn in one jitted program (compiled once per
+    architecture: the key is traced, so the seeds of a sweep share it)."""
+    shape = (cfg.d_model, cfg.layers, cfg.heads, cfg.init_scale, cfg.d_ff, cfg.value,
+             cfg.layernorm, cfg.residual, cfg.max_len, cfg.x64)  # fmt: skip
+    return _initializer(d_vocab, *shape)(jax.random.key(cfg.seed))
+
+
+@functools.lru_cache(maxsize=8)
+def _initializer(d_vocab, d_model, layers, heads, scale, d_ff, value, layernorm,
+                 residual, max_len, x64):  # fmt: skip
     return eqx.filter_jit(
         lambda key: Transformer.init(
             d_vocab=d_vocab,
-            d_model=cfg.d_model,
-            n_layers=cfg.layers,
-            n_heads=cfg.heads,
+            d_model=d_model,
+            n_layers=layers,
+            n_heads=heads,
             key=key,
-            init_scale=cfg.init_scale,
-            d_ff=cfg.d_ff,
-            value=cfg.value,
-            layernorm=cfg.layernorm,
-            residual=cfg.residual,
-            max_len=cfg.max_len,
-            dtype=dtype,
+            init_scale=scale,
+            d_ff=d_ff,
+            value=value,
+            layernorm=layernorm,
+            residual=residual,
+            max_len=max_len,
+            dtype=np.float64 if x64 else np.float32,
         )  # fmt: skip
-    )(jax.random.key(cfg.seed))
+    )
+
+
+#: One optax transformation per method and schedule (``_transform``).
+_TRANSFORMS: dict[tuple, optax.GradientTransformation] = {}
+
+
+def _transform(cfg: TrainConfig):
+    """(step size, the transformation to run, the one whose ``init`` gives this
+    run's optimizer state).
+
+    The optimizers inject their hyperparameters into their state
+    (``optax.inject_hyperparams``), whose ``update`` reads a constant step size
+    from the state: the runs that differ in seed or constant step size run one
+    shared transformation, so that the compiled segment (which holds the
+    transformation's functions as static) is compiled once for a whole sweep. A
+    schedule's peak is inside the schedule: one transformation per schedule.
+    """
+    lr = cfg.learning_rate()
+    mine = optimizer_named(cfg.optimizer, cfg.beta, cfg.weight_decay).transform(lr)
+    key = (cfg.optimizer, cfg.beta, cfg.weight_decay, cfg.schedule)
+    if cfg.schedule != "constant":
+        key += (cfg.lr, cfg.warmup, cfg.total_steps)
+    if len(_TRANSFORMS) >= 16:
+        _TRANSFORMS.clear()
+    return lr, _TRANSFORMS.setdefault(key, mine), mine
 
 
 _FINAL, _OPT = "final:", "opt:"
@@ -221,14 +255,12 @@ def run_train(
     run finished elsewhere, read back; FileNotFoundError if a piece is missing.
     """
     model = init_model(cfg, data.d_vocab)
-    method = optimizer_named(cfg.optimizer, cfg.beta, cfg.weight_decay)
-    lr = cfg.learning_rate()
-    optimizer = method.transform(lr)
+    lr, optimizer, own = _transform(cfg)
     eval_loss = SequenceLoss(data.eval_tokens)
     obs = HeadObservables.default(data.eval_tokens[:64], data.d_vocab)
     key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
     params, _ = eqx.partition(model, eqx.is_inexact_array)
-    state0 = optimizer.init(params)
+    state0 = own.init(params)
     fp = fingerprint(model, eval_loss, obs, settings=dataclasses.asdict(cfg))
 
     def compute(i, previous):
