@@ -14,7 +14,7 @@ Command (from the repository root):
 
     PYTHONPATH=$PWD python experiments/markov_saddle.py [--quick] [--write-docs]
 
-Runtime: a few minutes on two cores (compilation dominates). Writes
+Runtime: 1.5-2.5 minutes on two shared cores (measured; compilation dominates). Writes
 experiments/results/markov_saddle/summary.json and table.md, the figure
 docs/figures/markov_saddle_saddle.png, and with --write-docs the table block of
 docs/markov_saddle.md.
@@ -464,6 +464,20 @@ STRUCTURE_CHECKS = (
         "W_QK ∝ r rᵀ, r = v₁(W_E)",
         ".4f",
         lambda v, e: min(v) > 0.99,
+    ),
+    (
+        "focus_end",
+        "q_left",
+        "∣u₁(W_Q)·r∣ → 1: W_Q = r xᵀ",
+        ".4f",
+        lambda v, e: min(v) > 0.99,
+    ),
+    (
+        "focus_end",
+        "q_right",
+        "∣v₁(W_Q)·r∣ = ∣x̂·r∣: x set by the init (O(1/√m) if random)",
+        ".3f",
+        lambda v, e: max(v) < 0.9,
     ),
     ("dilution_end", "ratio_W_E", "σ₂/σ₁(W_E) = O(ε) until lifting", ".1e", _o_eps),
 )

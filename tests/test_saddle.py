@@ -171,6 +171,11 @@ def test_structure_known_answers(saddle):
     s = structure(other, PI)
     assert s["align_left"] == pytest.approx(1.0) and s["align_right"] < 1e-12
     assert s["align_rr"] < 1e-12
+    assert s["q_left"] == pytest.approx(1.0) and s["q_right"] == pytest.approx(1.0)
+    # W_Q = r xᵀ with x ⊥ r: left factor along r, right factor not
+    x = np.eye(M_WIDTH)[2]
+    s = structure(_replace(model, W_Q=jnp.asarray(np.outer(r, x))), PI)
+    assert s["q_left"] == pytest.approx(1.0) and s["q_right"] < 1e-12
 
 
 @pytest.mark.slow

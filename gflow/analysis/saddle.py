@@ -226,7 +226,8 @@ def structure(model: AttentionModel, pi: Float[np.ndarray, " d"]) -> dict[str, f
         ``erank_W_K``: effective ranks exp(H(σ/Σσ)) (m for an isotropic matrix, 1 for
         rank one); ``align_left``, ``align_right``: |u₁(W_A)·r| and |v₁(W_A)·r| with r
         = v₁(W_E), the condensed direction; ``align_rr``: |rᵀW_A r| / σ₁(W_A), 1 when
-        W_A = σ r rᵀ.
+        W_A = σ r rᵀ; ``q_left``, ``q_right``: |u₁(W_Q)·r| and |v₁(W_Q)·r| (the
+        saddle's unstable modes make W_Q = r xᵀ with x set by the initialisation).
     """
     pi = np.asarray(pi, float)
     uE, sE, r = _top_vectors(model.W_E)
@@ -236,6 +237,8 @@ def structure(model: AttentionModel, pi: Float[np.ndarray, " d"]) -> dict[str, f
         out[f"ratio_{name}"] = float(s[1] / s[0]) if s[0] > 0 else 0.0
         if name in ("W_Q", "W_K"):
             out[f"erank_{name}"] = _erank(s)
+    uQ, _, vQ = _top_vectors(model.W_Q)
+    out["q_left"], out["q_right"] = float(abs(uQ @ r)), float(abs(vQ @ r))
     uA, sA, vA = _top_vectors(model.W_A)
     out["align_left"] = float(abs(uA @ r))
     out["align_right"] = float(abs(vA @ r))
