@@ -584,6 +584,7 @@ def long_runs(cfg: Config, pts) -> list[dict]:
     removed, u = √(σ₂² − floor²), and the escape time (σ₂ ≥ 0.1)."""
     out = []
     lam = {p["delta"]: -p["transverse"][0] for p in pts}
+    loss_at = {p["delta"]: p["loss"] for p in pts}
     for delta in cfg.long_deltas:
         t1 = cfg.stall_t1 if delta == 0 else 300.0 + 14.0 / lam[delta]
         fc = FlowConfig(
@@ -614,6 +615,15 @@ def long_runs(cfg: Config, pts) -> list[dict]:
             row["rate"] = float(np.polyfit(traj.t[win], np.log(u[win]), 1)[0])
         esc = np.flatnonzero(after & (sv[:, 1] >= 0.1))
         row["escape"] = float(traj.t[esc[0]]) if esc.size else None
+        # the stall: least |∇L| after cycle 1, before σ₂ leaves its floor
+        before = after & (u < 2 * floor)
+        j = np.flatnonzero(before)[np.argmin(traj.metrics["grad_norm"][before])]
+        row["stall_t"], row["stall_loss"] = (
+            float(traj.t[j]),
+            float(traj.metrics["loss"][j]),
+        )
+        row["stall_grad_norm"] = float(traj.metrics["grad_norm"][j])
+        row["critical_loss"] = loss_at[delta]
         row["t"] = traj.t[::10].tolist()
         row["sv2"] = sv[::10, 1].tolist()
         out.append(row)
@@ -680,6 +690,22 @@ def asymmetry_rows(r: dict, cfg: Config) -> list[tuple[str, str, str, str]]:
             _verdict(1.0 + max(abs(x - 1.0) for x in ratios), 0.1, 0.3)
             if ratios
             else "not measured",
+        )
+    )
+    rows.append(
+        (
+            "2. the full flows from ε = 1e-3 stall at the width-1 critical point",
+            "loss at the least-∣∇L∣ time before the escape = the critical point's",
+            ", ".join(
+                f"{x['delta']:g}: {x['stall_loss']:.6f} vs {x['critical_loss']:.6f} "
+                f"(t={x['stall_t']:.0f}, ∣∇L∣ {x['stall_grad_norm']:.0e})"
+                for x in longs
+            ),
+            _verdict(
+                1.0 + max(abs(x["stall_loss"] - x["critical_loss"]) for x in longs),
+                1e-4,
+                1e-3,
+            ),
         )
     )
     ctl = r["controlled"]
