@@ -14,6 +14,7 @@ from jaxtyping import ArrayLike, PyTree, Real
 
 from gflow.array_types import LossFn, Model, Observables
 from gflow.dynamics.metrics import evaluate_metrics
+from gflow.dynamics.solvers import AutoSwitch
 from gflow.dynamics.trajectory import Trajectory
 
 DEFAULT_NUM_SAVES = 201
@@ -81,7 +82,7 @@ def _solve(
 
     saveat = diffrax.SaveAt(
         subs=[diffrax.SubSaveAt(ts=ts, fn=save_fn), diffrax.SubSaveAt(t1=True)],
-        solver_state=True,  # RKC2 / StiffSwitch count their evaluations there
+        solver_state=True,  # gflow's own solvers count their evaluations there
     )
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(GradientField(loss_fn, static)),
@@ -111,9 +112,10 @@ def _solve(
 def _grad_evals(solver, n_steps, n_accepted, num_evals):
     """Gradient evaluations of a solve (a Jacobian-vector product counts as two).
 
-    Exact for fixed-stage solvers. Solvers that count in their state (RKC2,
-    StiffSwitch) keep only accepted steps' counts, since Diffrax discards a rejected
-    step's state; rejected steps are charged the accepted steps' mean.
+    Exact for fixed-stage solvers. Solvers that count in their state (gflow's:
+    RKC2, ROCK4, EXPRB32, StiffSwitch, AutoSwitch) keep only accepted steps' counts,
+    since Diffrax discards a rejected step's state; rejected steps are charged the
+    accepted steps' mean.
     """
     if num_evals is not None:
         num_evals = int(num_evals)
@@ -159,12 +161,12 @@ def solve_flow(
         ts: times at which to record metrics, float [n] in [t0, t1]; default 201 evenly
             spaced times from t0 to t1.
         t0: initial flow time.
-        solver: a Diffrax solver object; default ``diffrax.Tsit5()``. For long,
-            stiff horizons pass ``gflow.dynamics.solvers.StiffSwitch()`` (Tsit5 steps
-            until the Hessian's λ_max limits them, stabilised RKC2 steps
-            after; ~17× faster to
-            t = 3000, but at equal rtol less accurate: use a tighter rtol with it,
-            see BENCHMARKS.md and docs/integrators.md).
+        solver: a Diffrax solver object; default
+            ``gflow.dynamics.solvers.AutoSwitch()``: Tsit5 steps while the flow is
+            not stiff (at Tsit5's cost: stiffness is read from its own stages), and
+            exponential Rosenbrock steps (EXPRB32, Lanczos on Hessian-vector
+            products) once the Hessian's λ_max limits Tsit5's steps (docs/
+            integrators.md). Pass ``diffrax.Tsit5()`` for plain Tsit5.
         rtol, atol: tolerances of the default PID step-size controller (traced, so new
             values do not recompile).
         dt0: initial step; None lets the controller choose.
@@ -199,7 +201,7 @@ def solve_flow(
     if np.any(np.diff(ts) < 0):
         raise ValueError("ts must be non-decreasing")
     ts = np.clip(ts, t0, t1)
-    solver = diffrax.Tsit5() if solver is None else solver
+    solver = AutoSwitch() if solver is None else solver
     if stepsize_controller is None:
         stepsize_controller = diffrax.PIDController(
             rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype)

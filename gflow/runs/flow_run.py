@@ -13,7 +13,7 @@ import numpy as np
 from gflow.analysis.stage_observables import StageObservables
 from gflow.analysis.stages import Stage, detect_stages
 from gflow.dynamics.flow import solve_flow
-from gflow.dynamics.solvers import RKC2, StiffSwitch
+from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import PopulationLoss
 from gflow.problems.markov import MarkovChain
@@ -25,6 +25,7 @@ from gflow.runs.trajectory_files import save_trajectory
 
 #: The solvers a configuration can name; strings become objects here only.
 SOLVERS = {
+    "auto": AutoSwitch,
     "euler": diffrax.Euler,
     "heun": diffrax.Heun,
     "bosh3": diffrax.Bosh3,
@@ -33,6 +34,8 @@ SOLVERS = {
     "dopri8": diffrax.Dopri8,
     "kvaerno5": diffrax.Kvaerno5,
     "rkc2": RKC2,
+    "rock4": ROCK4,
+    "exprb32": EXPRB32,
     "stiff": StiffSwitch,
 }
 
@@ -51,7 +54,7 @@ class FlowConfig:
     seed: int = 0
     t1: float = 400.0
     num_saves: int = 401
-    solver: str = "tsit5"
+    solver: str = "auto"
     rtol: float = 1e-6
     atol: float = 1e-8
     max_steps: int = 1_000_000

@@ -1,0 +1,379 @@
+"""Oracle tests of ROCK4, EXPRB32 and the stiffness-aware default AutoSwitch: closed
+forms of stiff linear systems, orders measured by halving h, stability up to the
+bound, the embedded estimates' orders, and the switch's decisions."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gflow import AttentionModel, MarkovChain, PopulationLoss, solve_flow
+from gflow.analysis.hessian import flatten
+from gflow.dynamics.solvers import EXPRB32, ROCK4, AutoSwitch
+from gflow.dynamics.solvers.auto import tsit5_step
+from gflow.dynamics.solvers.exprb import exprb32_step, lanczos, phi
+from gflow.dynamics.solvers.rock4 import (
+    DEGREES,
+    MAX_STAGES,
+    degree_index,
+    rock4_step,
+    stages_needed,
+)
+from gflow.runs.flow_run import SOLVERS, FlowConfig
+
+LAMBDAS = jnp.geomspace(0.01, 1e4, 40)  # a wide real spectrum
+
+
+def _forced(t, y, args):
+    """y' = -diag(λ) y + sin t, with a closed-form solution."""
+    return -LAMBDAS * y + jnp.sin(t)
+
+
+def _relax(t, y, args):
+    """y' = -diag(λ) (y - 1): autonomous; y = 1 + (y0 - 1) e^{-λt}."""
+    return -LAMBDAS * (y - 1.0)
+
+
+def _relax_exact(t):
+    return 1.0 - 2.0 * np.exp(-np.asarray(LAMBDAS) * t)  # from y0 = -1
+
+
+def _forced_exact(t):
+    lam = np.asarray(LAMBDAS)
+    part = lambda s: (lam * np.sin(s) - np.cos(s)) / (1 + lam**2)  # noqa: E731
+    return (1.0 - part(0.0)) * np.exp(-lam * t) + part(t)
+
+
+def _grad_field(y):
+    """A nonlinear gradient flow (symmetric Jacobian) for order tests."""
+    a = jnp.asarray([[2.0, 1.0, 0.0], [1.0, 3.0, 0.5], [0.0, 0.5, 1.5]])
+    loss = lambda z: 0.5 * z @ a @ z + 0.25 * jnp.sum(z**4) + jnp.sin(z[0]) * z[1]  # noqa: E731
+    return -jax.grad(loss)(y)
+
+
+GRAD_TERM = diffrax.ODETerm(lambda t, y, args: _grad_field(y))
+Y0 = jnp.asarray([0.3, 1.2, -0.7])
+
+
+def _exact_grad_flow(h):
+    sol = diffrax.diffeqsolve(
+        GRAD_TERM,
+        diffrax.Dopri8(),
+        0.0,
+        h,
+        None,
+        Y0,
+        stepsize_controller=diffrax.PIDController(rtol=1e-14, atol=1e-14),
+        max_steps=10_000,
+    )
+    return np.asarray(sol.ys[-1])
+
+
+def _orders(errors):
+    errors = np.asarray(errors)
+    return np.log2(errors[:-1] / errors[1:])
+
+
+# --- ROCK4 -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("idx", [0, 10, 30])
+def test_rock4_local_error_is_fifth_order_on_a_nonlinear_flow(idx):
+    """One step with degree DEGREES[idx]: local error O(h⁵) (a fourth-order method),
+    embedded estimate O(h⁴) (its third-order partner), for any degree."""
+    step = jax.jit(
+        lambda h: rock4_step(GRAD_TERM, 0.0, h, Y0, _grad_field(Y0), None, idx)
+    )
+    errs, ests = [], []
+    for h in (0.02, 0.01, 0.005):
+        y1, _, est = step(h)
+        errs.append(np.abs(np.asarray(y1) - _exact_grad_flow(h)).max())
+        ests.append(np.abs(np.asarray(est)).max())
+    assert np.all(np.abs(_orders(errs) - 5.0) < 0.3), (errs, _orders(errs))
+    assert np.all(np.abs(_orders(ests) - 4.0) < 0.3), (ests, _orders(ests))
+
+
+def test_rock4_stability_polynomial_is_bounded_up_to_its_bound():
+    """On y' = z y a step multiplies y by R(z): |R| ≤ 1 on [-L, 0] with
+    L = 0.353 (s-1)² - 3 for s stages, R ≈ eᶻ to fourth order near 0, and R grows
+    beyond the bound (the interval is what the stage count buys)."""
+    lin = diffrax.ODETerm(lambda t, y, z: z * y)
+
+    @jax.jit
+    def R(z, idx):
+        return rock4_step(lin, 0.0, 1.0, jnp.ones(()), z, z, idx)[0]
+
+    for idx in (0, 8, 25, 49):
+        s = int(DEGREES[idx]) + 4
+        bound = 0.353 * (s - 1) ** 2 - 3
+        zs = -np.linspace(0.0, bound, 600)
+        values = np.array([float(R(z, idx)) for z in zs[::6]])
+        assert np.all(np.abs(values) <= 1.0 + 1e-9), (s, np.abs(values).max())
+        assert abs(float(R(-0.01, idx)) - np.exp(-0.01)) < 1e-11
+        if s > 5:
+            assert abs(float(R(-1.3 * bound, idx))) > 1.0
+
+
+def test_rock4_stage_choice():
+    """s = ⌊√((3 + h ρ)/0.353)⌋ + 1 (at least 5), rounded up to a tabulated degree."""
+    for h_rho, s in ((0.0, 5), (5.0, 5), (100.0, 18), (8000.0, 151), (8100.0, 152)):
+        assert int(stages_needed(jnp.asarray(h_rho))) == s, h_rho
+    assert int(DEGREES[degree_index(jnp.asarray(18))]) == 14
+    assert int(DEGREES[degree_index(jnp.asarray(25))]) == 22  # 21 is not tabulated
+    assert MAX_STAGES == 152
+
+
+def test_rock4_fixed_steps_converge_at_order_four():
+    term = diffrax.ODETerm(lambda t, y, args: -y + jnp.cos(t))
+    exact = (np.sin(2.0) + np.cos(2.0) - np.exp(-2.0)) / 2
+    errs = []
+    for h in (0.2, 0.1, 0.05):
+        sol = diffrax.diffeqsolve(
+            term, ROCK4(), 0.0, 2.0, h, jnp.asarray(0.0), max_steps=100
+        )
+        errs.append(abs(float(sol.ys[-1]) - exact))
+    assert np.all(np.abs(_orders(errs) - 4.0) < 0.3), (errs, _orders(errs))
+
+
+def test_rock4_adaptive_on_a_wide_stiff_spectrum():
+    """Adaptive ROCK4 on λ ∈ [0.01, 1e4]: accurate against the closed form, ρ tracked,
+    steps far beyond Tsit5's interval (many stages)."""
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(_forced),
+        ROCK4(),
+        0.0,
+        5.0,
+        None,
+        jnp.ones(40),
+        saveat=diffrax.SaveAt(t1=True, solver_state=True),
+        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-9),
+        max_steps=50_000,
+    )
+    assert np.abs(np.asarray(sol.ys[-1]) - _forced_exact(5.0)).max() < 1e-6
+    assert float(sol.solver_state.rho) == pytest.approx(1e4, rel=0.05)
+    assert int(sol.solver_state.max_stages) > 10
+
+
+def test_rock4_rejects_a_step_beyond_152_stages_for_free():
+    term = diffrax.ODETerm(lambda t, y, args: -LAMBDAS * y)
+    y0 = jnp.ones(40)
+    solver = ROCK4()
+    state = solver.init(term, 0.0, 1.0, y0, None)
+    # h ρ = 1.2 · 1e4 · 1 ≫ 0.353 · 151²: rejected, no evaluation charged
+    y1, err, _, new, _ = solver.step(term, 0.0, 1.0, y0, None, state, False)
+    assert np.all(np.isinf(np.asarray(err)))
+    assert int(new.num_evals) == int(state.num_evals) + 2  # the ρ update only
+    np.testing.assert_array_equal(y1, y0)
+
+
+# --- EXPRB32 -----------------------------------------------------------------------
+
+
+def test_phi_functions_against_closed_forms():
+    x = np.array([-1e4, -50.0, -1.0, -0.51, -0.49, -1e-3, 0.0, 0.3, 2.0])
+    got = [np.asarray(phi(k, jnp.asarray(x))) for k in range(4)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.exp(x)
+        want = [
+            e,
+            np.where(x == 0, 1.0, np.expm1(x) / x),
+            np.where(x == 0, 0.5, (np.expm1(x) - x) / x**2),
+            np.where(x == 0, 1 / 6, (np.expm1(x) - x - x**2 / 2) / x**3),
+        ]
+    for k in range(4):
+        # the closed forms lose digits to cancellation near 0; 1e-7 is theirs
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-7, atol=1e-300)
+    # near 0 the series: φₖ(x) ≈ 1/k! + x/(k+1)!
+    for k, f0, f1 in ((1, 1.0, 0.5), (2, 0.5, 1 / 6), (3, 1 / 6, 1 / 24)):
+        assert float(phi(k, jnp.asarray(1e-6))) == pytest.approx(f0 + 1e-6 * f1, 1e-12)
+
+
+def test_lanczos_ritz_values_match_a_dense_eigensolver():
+    """With m = n Lanczos steps the tridiagonal T has the matrix's eigenvalues."""
+    rng = np.random.default_rng(0)
+    q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    lam = np.array([-500.0, -20.0, -3.0, -1.0, -0.1, 0.5])
+    a = jnp.asarray(q @ np.diag(lam) @ q.T)
+    Q, alpha, beta, _, norm = lanczos(
+        lambda w: a @ w, jnp.asarray(rng.normal(size=6)), 6
+    )
+    T = np.diag(alpha) + np.diag(beta[:-1], 1) + np.diag(beta[:-1], -1)
+    np.testing.assert_allclose(np.linalg.eigvalsh(T), lam, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(Q @ Q.T), np.eye(6), atol=1e-12)
+
+
+def test_exprb32_is_exact_on_a_stiff_linear_flow():
+    """y' = -A y, A symmetric with spectrum [0.01, 1e4]: one step of any length is
+    expm(-hA) y0 once the Krylov space holds the whole spectrum (m = n); the
+    nonlinear remainder vanishes, so does the error estimate. No stability limit."""
+    rng = np.random.default_rng(1)
+    q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    lam = np.array([0.01, 0.5, 3.0, 200.0, 1e4])
+    a = jnp.asarray(q @ np.diag(lam) @ q.T)
+    term = diffrax.ODETerm(lambda t, y, args: -a @ y)
+    y0 = jnp.asarray(rng.normal(size=5))
+    for h in (0.1, 10.0):  # h λ_max = 1e3, 1e5
+        y1, f1, err, rho = exprb32_step(
+            term, 0.0, h, y0, term.vf(0.0, y0, None), None, 5
+        )
+        exact = q @ (np.exp(-h * lam) * (q.T @ np.asarray(y0)))
+        np.testing.assert_allclose(y1, exact, rtol=1e-9, atol=1e-12)
+        assert np.abs(np.asarray(err)).max() < 1e-8
+        assert float(rho) == pytest.approx(1e4, rel=1e-9)
+
+
+def test_exprb32_is_third_order_with_a_second_order_estimate():
+    """Local error O(h⁴), embedded estimate O(h³), on a nonlinear gradient flow."""
+    step = jax.jit(
+        lambda h: exprb32_step(GRAD_TERM, 0.0, h, Y0, _grad_field(Y0), None, 3)
+    )
+    errs, ests = [], []
+    for h in (0.0125, 0.00625, 0.003125):
+        y1, _, est, _ = step(h)
+        errs.append(np.abs(np.asarray(y1) - _exact_grad_flow(h)).max())
+        ests.append(np.abs(np.asarray(est)).max())
+    assert np.all(np.abs(_orders(errs) - 4.0) < 0.35), (errs, _orders(errs))
+    assert np.all(np.abs(_orders(ests) - 3.0) < 0.35), (ests, _orders(ests))
+
+
+def test_exprb32_adaptive_on_a_wide_stiff_spectrum():
+    """Autonomous, λ ∈ [0.01, 1e4]: the Krylov error term of the estimate keeps six
+    Lanczos steps accurate over 40 distinct eigenvalues; far fewer steps than Tsit5."""
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(_relax),
+        EXPRB32(),
+        0.0,
+        5.0,
+        None,
+        -jnp.ones(40),
+        saveat=diffrax.SaveAt(t1=True, solver_state=True),
+        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-9),
+        max_steps=50_000,
+    )
+    assert np.abs(np.asarray(sol.ys[-1]) - _relax_exact(5.0)).max() < 1e-5
+    assert int(sol.stats["num_steps"]) < 500  # Tsit5 needs ~1e4 (h ≤ 3.3e-4)
+    assert float(sol.solver_state.rho) > 1e3  # the Ritz values see the stiff end
+
+
+# --- AutoSwitch ---------------------------------------------------------------------
+
+
+def test_autoswitch_explicit_step_is_tsit5_and_reads_h_rho_from_its_stages():
+    """A non-stiff step equals Diffrax's Tsit5 step (solution and error estimate), and
+    on y' = -λ y the stage estimate ‖k₇ − k₆‖/‖y₇ − y₆‖ is λ exactly."""
+    lam = 40.0
+    term = diffrax.ODETerm(lambda t, y, args: -lam * y)
+    y0, h = jnp.ones(3), 0.01
+    y1, f1, err, h_rho = jax.jit(tsit5_step, static_argnums=(0,))(
+        term, 0.0, h, y0, -lam * y0, None
+    )
+    tsit = diffrax.Tsit5()
+    state = tsit.init(term, 0.0, h, y0, None)
+    y_ref, err_ref, *_ = tsit.step(term, 0.0, h, y0, None, state, False)
+    np.testing.assert_allclose(y1, y_ref, rtol=1e-14)
+    np.testing.assert_allclose(err, err_ref, rtol=1e-9, atol=1e-18)
+    np.testing.assert_allclose(f1, -lam * y1, rtol=1e-14)
+    assert float(h_rho) == pytest.approx(h * lam, rel=1e-9)
+
+
+def test_autoswitch_switches_on_a_stiff_system_and_stays_accurate():
+    """On λ ∈ [0.01, 1e4] Tsit5 is stability-limited at once: AutoSwitch switches to
+    EXPRB32, meets the closed form, and costs a fraction of Tsit5's evaluations."""
+    kw = dict(
+        t0=0.0,
+        t1=5.0,
+        dt0=None,
+        y0=-jnp.ones(40),
+        saveat=diffrax.SaveAt(t1=True, solver_state=True),
+        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-9),
+        max_steps=100_000,
+    )
+    term = diffrax.ODETerm(_relax)
+    sol = diffrax.diffeqsolve(term, AutoSwitch(), **kw)
+    assert np.abs(np.asarray(sol.ys[-1]) - _relax_exact(5.0)).max() < 1e-5
+    state = sol.solver_state
+    assert int(state.num_switches) >= 1 and bool(state.stiff)
+    tsit = diffrax.diffeqsolve(term, diffrax.Tsit5(), **kw)
+    assert int(state.num_evals) < 6 * int(tsit.stats["num_steps"]) / 5
+
+
+def test_autoswitch_stays_explicit_while_not_stiff():
+    """y' = -y + cos t (h λ ≪ 3.3 at rtol 1e-8): every step is Tsit5's, and the
+    result matches Diffrax's Tsit5 solve."""
+    term = diffrax.ODETerm(lambda t, y, args: -y + jnp.cos(t))
+    kw = dict(
+        t0=0.0,
+        t1=4.0,
+        dt0=None,
+        y0=jnp.asarray(0.0),
+        saveat=diffrax.SaveAt(t1=True, solver_state=True),
+        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-10),
+    )
+    sol = diffrax.diffeqsolve(term, AutoSwitch(), **kw)
+    ref = diffrax.diffeqsolve(term, diffrax.Tsit5(), **kw)
+    assert int(sol.solver_state.num_switches) == 0
+    assert int(sol.stats["num_steps"]) == int(ref.stats["num_steps"])
+    assert float(sol.ys[-1]) == pytest.approx(float(ref.ys[-1]), rel=1e-12)
+    assert int(sol.solver_state.num_evals) == 1 + 6 * int(
+        sol.stats["num_accepted_steps"]
+    )
+
+
+def test_bad_settings_name_the_field():
+    with pytest.raises(ValueError, match="switch_on"):
+        AutoSwitch(switch_on=0.0)
+    with pytest.raises(ValueError, match="cooldown"):
+        AutoSwitch(cooldown=-1)
+    with pytest.raises(ValueError, match="stiff_error_scale"):
+        AutoSwitch(stiff_error_scale=0.0)
+    with pytest.raises(ValueError, match="krylov_dim"):
+        EXPRB32(krylov_dim=1)
+    with pytest.raises(ValueError, match="safety"):
+        ROCK4(safety=0.5)
+    with pytest.raises(ValueError, match="power_iters"):
+        ROCK4(power_iters=0)
+
+
+# --- the default --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default_flow():
+    model = AttentionModel.init(
+        d_vocab=4, d_model=32, init_scale=1e-3, key=jax.random.key(0)
+    )
+    return PopulationLoss(MarkovChain.default()), model
+
+
+def test_the_default_solver_is_autoswitch(default_flow):
+    loss, model = default_flow
+    tr = solve_flow(loss, model, t1=20.0, progress=False)
+    assert tr.status == "success" and tr.info["solver"] == "AutoSwitch"
+    assert FlowConfig().solver == "auto" and SOLVERS["auto"] is AutoSwitch
+    assert {"tsit5", "stiff", "rkc2", "rock4", "exprb32"} <= set(SOLVERS)
+    assert tr.stats["grad_evals"] >= 6 * tr.stats["num_accepted_steps"]
+
+
+def test_autoswitch_statuses(default_flow):
+    """max_steps keeps the part integrated; a NaN loss is 'diverged'."""
+    loss, model = default_flow
+    tr = solve_flow(loss, model, t1=50.0, max_steps=5, progress=False)
+    assert tr.status == "max_steps" and tr.stats["t_reached"] < 50.0
+    bad = jax.tree.map(lambda x: x * jnp.nan, model)
+    tr = solve_flow(loss, bad, t1=1.0, max_steps=20, progress=False)
+    assert tr.status == "diverged"
+
+
+@pytest.mark.slow
+def test_default_flow_through_its_stiff_phase_matches_dopri8(default_flow):
+    """To t = 1500 (λ_max in the hundreds): AutoSwitch at rtol 1e-6 ends within 1e-5
+    of Dopri8 at rtol 1e-10, with EXPRB32 steps taken."""
+    loss, model = default_flow
+    kw = dict(t1=1500.0, ts=[0.0, 1500.0], progress=False)
+    ref = solve_flow(loss, model, solver=diffrax.Dopri8(), rtol=1e-10, atol=1e-12, **kw)
+    tr = solve_flow(loss, model, rtol=1e-6, atol=1e-8, **kw)
+    x_ref = np.asarray(flatten(ref.final)[0])
+    err = np.linalg.norm(np.asarray(flatten(tr.final)[0]) - x_ref)
+    assert err < 1e-5 * np.linalg.norm(x_ref), err
+    assert tr.stats["grad_evals"] < ref.stats["grad_evals"] / 10
