@@ -1,6 +1,7 @@
 """The stage detector (analysis/stages.py) on constructed signals with known times."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -404,3 +405,75 @@ def test_missing_metrics_and_bad_stage():
     with pytest.raises(ValueError):
         Stage("focus", 2.0, 1.0, 1)
     assert Stage("focus", 1.0, 1.0, 1).t_end == 1.0  # a stage may take no time
+
+
+def _two_phase(w2):
+    """ln σ = ln ε + ln 10 s((t - 200)/20) + ln 20 s((t - 600)/w₂), s the logistic:
+    a growth, a lull (rate < 1e-3 near t = 400) and a second growth whose peak rate
+    is ln 20/(4 w₂). Returns ln σ and its exact rate d ln σ/dt as functions of t."""
+    A1, A2 = np.log(10.0), np.log(20.0)
+
+    def logs(t):
+        return np.log(1e-3) + A1 * _sig(t, 200.0, 20.0) + A2 * _sig(t, 600.0, w2)
+
+    def rate(t):
+        s1, s2 = _sig(t, 200.0, 20.0), _sig(t, 600.0, w2)
+        return A1 * s1 * (1 - s1) / 20.0 + A2 * s2 * (1 - s2) / w2
+
+    return logs, rate
+
+
+@pytest.mark.parametrize("w2, resumes", [(40.0, True), (200.0, False)])
+def test_a_growth_that_resumes_after_a_lull_is_one_growth(w2, resumes):
+    """The growth ends where d ln σ/dt falls below a quarter of its peak for good: a
+    second phase faster than that (w₂ = 40) belongs to the growth, a slower one
+    (w₂ = 200) does not. Before this rule the first case ended at the lull. The
+    edges are the roots of the exact ln σ and rate."""
+    from scipy.optimize import brentq
+
+    logs, rate = _two_phase(w2)
+    t = np.linspace(0.0, 1200.0, 24001)
+    t0, t1 = growth(t, np.exp(logs(t)))
+    start = brentq(lambda x: logs(x) - logs(0.0) - np.log(2.0), 0.0, 200.0)
+    quarter = 0.25 * rate(t).max()
+    lo = 640.0 if resumes else 220.0  # past the peak of the phase that ends it
+    end = brentq(lambda x: rate(x) - quarter, lo, lo + 300.0)
+    assert t0 == pytest.approx(start, abs=0.06)
+    assert t1 == pytest.approx(end, abs=0.2)
+    assert (t1 > 600.0) == resumes
+
+
+def _long_flow():
+    """The default flow to t1 = 10000 at the 401 saved times of
+    ``gflow flow --t1 10000 --solver stiff --num-saves 2001`` (every 5th kept, i.e.
+    the default grid of ``--t1 10000``); the observables detect_stages reads."""
+    data = np.load(Path(__file__).parent / "data" / "markov_flow_t10000.npz")
+    metrics = {k: data[k] for k in data.files if k != "t"}
+    return Trajectory(t=data["t"], metrics=metrics, final=None)
+
+
+def test_the_default_flow_to_t10000_has_a_complete_ordered_second_cycle():
+    traj = _long_flow()
+    stages = detect_stages(traj, pi=PI)
+    by = {(s.name, s.cycle): s for s in stages}
+    assert sorted({s.cycle for s in stages}) == [1, 2]  # no partial third cycle
+    two = [s for s in stages if s.cycle == 2]
+    assert [s.name for s in two] == ["focus", "dilution", "asymmetry_lifting"]
+    lift1 = by[("asymmetry_lifting", 1)]
+    assert all(s.t_start >= lift1.t_end for s in two)
+    assert [s.t_start for s in two] == sorted(s.t_start for s in two)
+    assert two[0].t_end < two[1].t_end < two[2].t_end
+    # the lifting of cycle 2 lasts until σ₃(W_E) is O(1), not just its first phase
+    sv3 = traj.metrics["sv_W_E"][:, 2]
+    i_end = int(np.searchsorted(traj.t, two[2].t_end))
+    assert sv3[i_end] > 0.75 * sv3[-1] > 1.0
+    got = [(s.name, s.cycle, s.t_start, s.t_end) for s in stages]
+    assert got == [
+        ("condensation", 1, 0.0, 25.0),
+        ("focus", 1, 75.0, 100.0),
+        ("dilution", 1, 100.0, 175.0),
+        ("asymmetry_lifting", 1, 125.0, 350.0),
+        ("focus", 2, 625.0, 1750.0),
+        ("dilution", 2, 650.0, 4725.0),
+        ("asymmetry_lifting", 2, 750.0, 4925.0),
+    ]

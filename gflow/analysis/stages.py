@@ -16,7 +16,9 @@ Cycle 1 (the rules are in docs/markov_cycle.md with the numbers they give):
 - dilution: the first fall of the low-frequency queries' mean attention on the most
   frequent token after focus has started.
 - asymmetry_lifting: the growth of σ₂(W_E); it starts once ln σ₂ has risen by ln 2
-  above its minimum and ends when its growth rate has fallen to a quarter of its peak.
+  above its minimum and ends when its growth rate has fallen to a quarter of its peak
+  for good (σ₃ of the default flow grows in two phases with a lull between them, near
+  t = 3000; the lifting of cycle 2 spans both).
 
 Cycle k ≥ 2 (the next cycle opens once σ_k(W_E) has grown):
 
@@ -182,9 +184,10 @@ class StageDetector:
         """The growth of one singular value: (t_start, t_end) or None.
 
         Starts once ln σ exceeds its minimum (after ``after``) by ln 2 and ends when the
-        growth rate d ln σ/dt, past its peak, falls below a quarter of the peak (or at
-        the
-        last time). None when σ grows by less than ``min_growth``.
+        growth rate d ln σ/dt, past its peak, falls below a quarter of the peak for
+        good (a lull after which the rate climbs back above a quarter of the peak does
+        not end it), or at the last time. None when σ grows by less than
+        ``min_growth``.
         """
         t, logs = (
             np.asarray(t, float),
@@ -200,8 +203,11 @@ class StageDetector:
         i0 = imin + int(np.argmax(logs[imin:] - logs[imin] >= self.growth_start))
         rate = np.gradient(logs, t)
         ipeak = i0 + int(np.argmax(rate[i0:]))
-        slow = np.flatnonzero(rate[ipeak:] < 0.25 * rate[ipeak])
-        i1 = ipeak + int(slow[0]) if slow.size else t.size - 1
+        # a lull followed by a resumed growth at more than a quarter of the peak rate
+        # is one growth (σ₃ of the default flow pauses near t = 3000 before it grows
+        # to O(1)); it ends where the rate falls below a quarter of the peak for good
+        fast = np.flatnonzero(rate[ipeak:] >= 0.25 * rate[ipeak])
+        i1 = min(ipeak + int(fast[-1]) + 1, t.size - 1)
         return float(t[i0]), float(t[i1])
 
     def detect(
