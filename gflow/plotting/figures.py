@@ -10,6 +10,7 @@ from gflow.dynamics.trajectory import Trajectory
 from gflow.plotting.figure import plt, save_figure
 from gflow.plotting.flow import plot_flow
 from gflow.plotting.heads import plot_attention_maps, plot_head_entropy
+from gflow.plotting.paper import paper_figures
 from gflow.plotting.stages import plot_stages
 from gflow.plotting.sweep import plot_departures, plot_error_vs_lr, plot_trajectories
 from gflow.runs.flow_run import FlowConfig
@@ -20,7 +21,8 @@ from gflow.runs.train_run import TrainConfig, TrainData
 def flow_figures(
     run_dir, cfg: FlowConfig, traj: Trajectory, stages: list[Stage]
 ) -> None:
-    """flow.png (loss and observables) and stages.png (the detected stages)."""
+    """flow.png (loss and observables), stages.png (the detected stages) and the
+    paper's figures paper_*.png (``gflow.plotting.paper.paper_figures``)."""
     run_dir, chain = Path(run_dir), cfg.chain()
     refs = dict(unigram_loss=chain.unigram_loss, bayes_loss=chain.bayes_loss)
     plot_flow(
@@ -31,6 +33,7 @@ def flow_figures(
         traj, stages, run_dir / "stages.png", title=f"stages, ε={cfg.init_scale:g}",
         **refs,
     )  # fmt: skip
+    paper_figures(run_dir, traj, stages, pi=chain.pi)
 
 
 def sweep_figures(run_dir, cfg: SweepConfig, result: dict) -> None:
