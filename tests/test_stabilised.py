@@ -11,7 +11,7 @@ import pytest
 from gflow import AttentionModel, MarkovChain, PopulationLoss, solve_flow
 from gflow.analysis.hessian import flatten
 from gflow.dynamics.solvers import EXPRB32, ROCK4, AutoSwitch
-from gflow.dynamics.solvers.auto import tsit5_step
+from gflow.dynamics.solvers.auto import hermite_stages, tsit5_step
 from gflow.dynamics.solvers.exprb import exprb32_step, lanczos, phi
 from gflow.dynamics.solvers.rock4 import (
     DEGREES,
@@ -265,7 +265,7 @@ def test_autoswitch_explicit_step_is_tsit5_and_reads_h_rho_from_its_stages():
     lam = 40.0
     term = diffrax.ODETerm(lambda t, y, args: -lam * y)
     y0, h = jnp.ones(3), 0.01
-    y1, f1, err, h_rho = jax.jit(tsit5_step, static_argnums=(0,))(
+    y1, f1, err, h_rho, ks = jax.jit(tsit5_step, static_argnums=(0,))(
         term, 0.0, h, y0, -lam * y0, None
     )
     tsit = diffrax.Tsit5()
@@ -275,6 +275,28 @@ def test_autoswitch_explicit_step_is_tsit5_and_reads_h_rho_from_its_stages():
     np.testing.assert_allclose(err, err_ref, rtol=1e-9, atol=1e-18)
     np.testing.assert_allclose(f1, -lam * y1, rtol=1e-14)
     assert float(h_rho) == pytest.approx(h * lam, rel=1e-9)
+
+
+def test_exponential_steps_interpolate_as_cubic_hermite():
+    """Stages from hermite_stages make Tsit5's quartic dense output the cubic Hermite
+    polynomial of the step (what the exponential steps report)."""
+    rng = np.random.default_rng(3)
+    y0, y1, f0, f1 = ({"a": jnp.asarray(rng.normal(size=(2, 3)))} for _ in range(4))
+    h = 0.7
+    ks = hermite_stages(h, y0, y1, f0, f1)
+    quartic = diffrax.Tsit5.interpolation_cls(t0=1.0, t1=1.0 + h, y0=y0, y1=y1, k=ks)
+    cubic = diffrax.ThirdOrderHermitePolynomialInterpolation(
+        t0=1.0,
+        t1=1.0 + h,
+        y0=y0,
+        y1=y1,
+        k0=jax.tree.map(lambda f: h * f, f0),
+        k1=jax.tree.map(lambda f: h * f, f1),
+    )
+    for t in (1.0, 1.2, 1.55, 1.7):
+        np.testing.assert_allclose(
+            quartic.evaluate(t)["a"], cubic.evaluate(t)["a"], rtol=1e-10, atol=1e-12
+        )
 
 
 def test_autoswitch_switches_on_a_stiff_system_and_stays_accurate():

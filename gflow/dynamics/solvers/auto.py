@@ -78,9 +78,9 @@ class AutoSwitch(diffrax.AbstractSolver):
     stiff_error_scale: float = 2.0
 
     term_structure: ClassVar = diffrax.AbstractTerm
-    interpolation_cls: ClassVar[Callable] = (
-        diffrax.ThirdOrderHermitePolynomialInterpolation
-    )
+    # Tsit5's quartic dense output; an exponential step fills its stages so that the
+    # quartic is the cubic Hermite polynomial of the step (``hermite_stages``)
+    interpolation_cls: ClassVar[Callable] = diffrax.Tsit5.interpolation_cls
 
     def __check_init__(self):
         if not (self.switch_on > 0 and self.switch_off > 0):
@@ -134,17 +134,20 @@ class AutoSwitch(diffrax.AbstractSolver):
         f0 = jax.lax.cond(jumped, lambda: terms.vf(t0, y0, args), lambda: st.f0)
 
         def explicit():
-            y1, f1, y_error, h_rho = tsit5_step(terms, t0, h, y0, f0, args)
-            return y1, f1, y_error, h_rho, 6
+            y1, f1, y_error, h_rho, ks = tsit5_step(terms, t0, h, y0, f0, args)
+            return y1, f1, y_error, h_rho, 6, ks
 
         def exponential():
             y1, f1, y_error, rho = exprb32_step(
                 terms, t0, h, y0, f0, args, self.stiff.krylov_dim
             )
             y_error = tree_scale(self.stiff_error_scale, y_error)
-            return y1, f1, y_error, h * rho, 2 + 4 * self.stiff.krylov_dim
+            ks = hermite_stages(h, y0, y1, f0, f1)
+            return y1, f1, y_error, h * rho, 2 + 4 * self.stiff.krylov_dim, ks
 
-        y1, f1, y_error, h_rho, evals = jax.lax.cond(st.stiff, exponential, explicit)
+        y1, f1, y_error, h_rho, evals, ks = jax.lax.cond(
+            st.stiff, exponential, explicit
+        )
         # Lanczos on f0 misses the stiff end of the spectrum once f0 has no component
         # along it (the stiff directions have relaxed): keep the estimate sticky in
         # the stiff phase, forgetting 5% a step, so that a switch back to Tsit5
@@ -161,7 +164,7 @@ class AutoSwitch(diffrax.AbstractSolver):
             steps_in_mode=jnp.where(stiff == st.stiff, st.steps_in_mode + 1, 0),
             num_switches=st.num_switches + (stiff != st.stiff),
         )
-        dense_info = dict(y0=y0, y1=y1, k0=tree_scale(h, f0), k1=tree_scale(h, f1))
+        dense_info = dict(y0=y0, y1=y1, k=ks)
         return y1, y_error, dense_info, new, diffrax.RESULTS.successful
 
     def func(
@@ -179,11 +182,12 @@ _TSIT5 = diffrax.Tsit5().tableau
 
 def tsit5_step(terms, t0, h, y0, f0, args):
     """One Tsit5 step (Tsitouras 2011, Diffrax's tableau) with Hairer's stiffness
-    estimate; returns (y1, f(y1), error estimate, h ρ).
+    estimate; returns (y1, f(y1), error estimate, h ρ, stages h·kᵢ stacked).
 
     Tsit5's sixth and seventh stages are both at t0 + h (c₆ = c₇ = 1) and the seventh
     is at the solution (first same as last), so their difference measures the
-    Jacobian for free: h ρ ≈ h ‖k₇ − k₆‖ / ‖y₇ − y₆‖.
+    Jacobian for free: h ρ ≈ h ‖k₇ − k₆‖ / ‖y₇ − y₆‖, counted only when the
+    difference decays ((k₇ − k₆)·(y₇ − y₆) < 0; a growing mode is no stiffness).
     """
     ks = [f0]
     ys = []
@@ -199,7 +203,43 @@ def tsit5_step(terms, t0, h, y0, f0, args):
     y_error = jax.tree.map(
         lambda *kk: h * sum(float(e) * k for e, k in zip(_TSIT5.b_error, kk)), *ks
     )
-    ndy = tree_norm(jax.tree.map(jnp.subtract, y1, ys[-2]))
-    ndk = tree_norm(jax.tree.map(jnp.subtract, f1, ks[-2]))
-    h_rho = jnp.where(ndy > 0, h * ndk / jnp.where(ndy > 0, ndy, 1.0), 0.0)
-    return y1, f1, y_error, h_rho
+    dy = jax.tree.map(jnp.subtract, y1, ys[-2])
+    dk = jax.tree.map(jnp.subtract, f1, ks[-2])
+    ndy = tree_norm(dy)
+    # only a decaying direction (dk·dy < 0) is stiffness; growth is accuracy-limited
+    dot = sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(dk), jax.tree.leaves(dy)))
+    ok = (ndy > 0) & (dot < 0)
+    h_rho = jnp.where(ok, h * tree_norm(dk) / jnp.where(ok, ndy, 1.0), 0.0)
+    ks = jax.tree.map(lambda *kk: h * jnp.stack(kk), *ks)  # Diffrax's dense stages
+    return y1, f1, y_error, h_rho, ks
+
+
+def hermite_stages(h, y0, y1, f0, f1):
+    """Seven stage vectors k for which Tsit5's quartic dense output is the cubic
+    Hermite polynomial through (y0, h f0) and (y1, h f1).
+
+    The output is y0 + Σᵢ bᵢ(θ) kᵢ with bᵢ quartics without constant term: the
+    coefficient matrix P (θ¹…θ⁴ × 7 stages) has rank 4, so k = P⁺ C matches the
+    Hermite coefficients C = (h f0, 3Δ − 2h f0 − h f1, h f0 + h f1 − 2Δ, 0),
+    Δ = y1 − y0.
+    """
+    dtype = jax.tree.leaves(y0)[0].dtype
+    theta = jnp.arange(1, 5, dtype=dtype) / 4
+    unit = diffrax.Tsit5.interpolation_cls(
+        t0=jnp.zeros((), dtype),
+        t1=jnp.ones((), dtype),
+        y0=jnp.zeros(7, dtype),
+        y1=jnp.zeros(7, dtype),
+        k=jnp.eye(7, dtype=dtype),
+    )
+    b = jax.vmap(unit.evaluate)(theta)  # [4 θ, 7]: bᵢ(θ)
+    powers = theta[:, None] ** jnp.arange(1, 5, dtype=dtype)  # [4 θ, 4 powers]
+    P = jnp.linalg.solve(powers, b)  # [4 powers, 7]
+    M = jnp.linalg.pinv(P)  # [7, 4]
+
+    def leaf(a0, a1, g0, g1):
+        k0, k1, d = h * g0, h * g1, a1 - a0
+        C = jnp.stack([k0, 3 * d - 2 * k0 - k1, k0 + k1 - 2 * d])  # [3, *leaf]
+        return jnp.tensordot(M[:, :3], C, axes=1)  # [7, *leaf]
+
+    return jax.tree.map(leaf, y0, y1, f0, f1)

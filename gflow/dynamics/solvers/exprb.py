@@ -48,7 +48,7 @@ class ExpState(eqx.Module):
     """What EXPRB32 carries between steps."""
 
     f0: PyTree  # the vector field at the step's start (first same as last)
-    rho: Float[Array, ""]  # largest |Ritz value| of the last Lanczos run (≈ ρ(J))
+    rho: Float[Array, ""]  # −(most negative Ritz value) of the last Lanczos run
     num_evals: Int[Array, ""]  # vector-field evaluations in accepted steps (JVPs: 2)
 
 
@@ -180,7 +180,8 @@ class EXPRB32(diffrax.AbstractSolver):
 
 
 def exprb32_step(terms, t0, h, y0, f0, args, m):
-    """(y1, f(y1), error estimate, largest |Ritz value|) of one exprb32 step."""
+    """(y1, f(y1), error estimate, stiffness) of one exprb32 step; the stiffness is
+    minus the most negative Ritz value of the first Lanczos run (0 if none is)."""
     x0, unravel = ravel_pytree(y0)
     field = lambda x: ravel_pytree(terms.vf(t0, unravel(x), args))[0]  # noqa: E731
 
@@ -206,4 +207,4 @@ def exprb32_step(terms, t0, h, y0, f0, args, m):
     f1 = terms.vf(t0 + h, y1, args)
     # the three estimates add in magnitude: none may cancel another
     y_error = unravel(jnp.abs(corr) + jnp.abs(err1) + jnp.abs(err2))
-    return y1, f1, y_error, jnp.max(jnp.abs(theta))
+    return y1, f1, y_error, jnp.maximum(-jnp.min(theta), 0.0)
