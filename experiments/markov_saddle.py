@@ -7,16 +7,19 @@ with solve_flow and detect_stages as experiments/markov_cycle.py does, and does 
 linearised flow exp(−Ht)δθ₀ follow the real flow started near the saddle? (2) at the
 rank-one critical points of π = (0.7, 0.1 + δ, 0.1, 0.1 − δ), do the transverse and
 tangential Hessian eigenvalues scale as Θ(δ) and O(δ²), and does the escape along the
-asymmetric direction take a time ∝ 1/δ? (3) is the rank-one manifold invariant, and
-does its reduced ODE reproduce the full flow?
+asymmetric direction take a time ∝ 1/δ? (3) is the rank-one manifold invariant, does
+its reduced ODE reproduce the full flow, and what structure (alignment, rank of each
+block) does each stage have? Slopes in ε are also given over five seeds.
 
 Command (from the repository root):
 
     PYTHONPATH=$PWD python experiments/markov_saddle.py [--quick] [--write-docs]
 
-Runtime: 1.5-2.5 minutes on two shared cores (measured; compilation dominates). Writes
-experiments/results/markov_saddle/summary.json and table.md, the figure
-docs/figures/markov_saddle_saddle.png, and with --write-docs the table block of
+Runtime: 1.5-2.5 minutes on two shared cores (measured; compilation dominates);
+--quick saves little. Writes
+experiments/results/markov_saddle/summary.json, table.md and the figures
+markov_saddle_saddle.png and markov_saddle_asymmetry.png; with --write-docs the
+figures go to docs/figures/ instead and the table replaces the block in
 docs/markov_saddle.md.
 """
 
@@ -27,6 +30,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+import diffrax
 import jax
 
 jax.config.update("jax_enable_x64", True)
@@ -65,7 +69,8 @@ FIG = Path("docs/figures")
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """What the experiment measures; every flow is float64 Tsit5 at rtol 1e-6."""
+    """What the experiment measures; the ε and δ flows are float64 Tsit5 at rtol 1e-6
+    (FlowConfig's), the flows near critical points Tsit5 at tighter tolerances."""
 
     eps: tuple[float, ...] = (1e-2, 1e-3, 1e-4, 1e-5)
     t1: float = 250.0
@@ -73,6 +78,7 @@ class Config:
     etas: tuple[float, ...] = (1e-3, 1e-4)
     lin_t1: float = 40.0
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    solver: str = "tsit5"  # named: gflow's default solver may change
     deltas: tuple[float, ...] = (5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2e-2, 4e-2)
     fit_max_delta: float = 5e-3
     long_deltas: tuple[float, ...] = (0.04, 0.02, 0.01, 0.005, 0.0025, 0.0)
@@ -101,7 +107,9 @@ def _verdict(ratio, tight=0.05, loose=0.2):
 
 def saddle(cfg: Config) -> dict:
     """Claim 1: c from the Hessian at the saddle against the ε sweep's timings."""
-    base = FlowConfig(t1=cfg.t1, num_saves=cfg.num_saves, seed=cfg.seed)
+    base = FlowConfig(
+        t1=cfg.t1, num_saves=cfg.num_saves, seed=cfg.seed, solver=cfg.solver
+    )
     chain = base.chain()
     loss = PopulationLoss(chain)
     star = unigram_saddle(chain, d_model=base.d_model, dtype=jnp.float64)
@@ -249,6 +257,7 @@ def linearised(cfg: Config, loss, star) -> list[dict]:
             save_params=True,
             rtol=1e-11,
             atol=1e-13,
+            solver=diffrax.Tsit5(),
         )
         actual = np.stack(
             [np.asarray(flatten(traj.snapshot(i))[0] - x_star) for i in range(ts.size)]
@@ -416,7 +425,7 @@ def mass_rows(r: dict) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def plot_saddle(cfg: Config, r: dict) -> None:
+def plot_saddle(cfg: Config, r: dict, fig_dir: Path) -> None:
     from gflow.plotting.figure import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -442,7 +451,7 @@ def plot_saddle(cfg: Config, r: dict) -> None:
     ax.set_title("linearised vs real flow near the saddle: relative error")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save_figure(fig, FIG / "markov_saddle_saddle.png")
+    save_figure(fig, fig_dir / "markov_saddle_saddle.png")
 
 
 def _o_eps(vals, eps):
@@ -528,7 +537,9 @@ def structure_rows(r: dict) -> list[tuple[str, str, str, str]]:
 
 def asymmetry(cfg: Config) -> dict:
     """Claim 2: the rank-one stall point's Hessian against δ; growth and escape."""
-    crit0, norms0 = rank_one_critical_point(symmetric_chain(0.0), t1=3000.0)
+    crit0, norms0 = rank_one_critical_point(
+        symmetric_chain(0.0), t1=3000.0, solver=diffrax.Tsit5()
+    )
     pts, controlled = [], []
     for delta in (0.0, *cfg.deltas):
         chain = symmetric_chain(delta)
@@ -536,7 +547,9 @@ def asymmetry(cfg: Config) -> dict:
         if delta == 0.0:
             crit, norms = crit0, norms0
         else:
-            crit, norms = rank_one_critical_point(chain, t1=3000.0)
+            crit, norms = rank_one_critical_point(
+                chain, t1=3000.0, solver=diffrax.Tsit5()
+            )
         sp = split_hessian(loss, embed_rank_one(crit, d_model=2))
         if delta in cfg.long_deltas and delta > 0:
             controlled.append(controlled_growth(loss, crit, sp, delta))
@@ -591,6 +604,7 @@ def controlled_growth(loss, crit, sp, delta, eta=1e-6) -> dict:
         save_params=True,
         rtol=1e-9,
         atol=1e-13,
+        solver=diffrax.Tsit5(),
     )
     sv2 = np.array(
         [block_singular_values(traj.snapshot(i))["W_E"][1] for i in range(ts.size)]
@@ -613,6 +627,7 @@ def long_runs(cfg: Config, pts) -> list[dict]:
     for delta in cfg.long_deltas:
         t1 = cfg.stall_t1 if delta == 0 else 300.0 + 14.0 / lam[delta]
         fc = FlowConfig(
+            solver=cfg.solver,
             pi=tuple(symmetric_chain(delta).pi.tolist()),
             t1=t1,
             num_saves=2001,
@@ -790,6 +805,7 @@ def manifold(cfg: Config) -> dict:
     r /= np.linalg.norm(r)
     ts = np.linspace(0.0, cfg.manifold_t1, 61)
     kw = dict(t1=cfg.manifold_t1, ts=ts, save_params=True, rtol=1e-10, atol=1e-12)
+    kw["solver"] = diffrax.Tsit5()
     start = time.perf_counter()
     full = solve_flow(loss, embed_rank_one(small, d_model=32, direction=r), **kw)
     reduced = solve_flow(loss, small, **kw)
@@ -830,7 +846,7 @@ def manifold_rows(r: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def plot_asymmetry(r: dict) -> None:
+def plot_asymmetry(r: dict, fig_dir: Path) -> None:
     from gflow.plotting.figure import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -852,7 +868,7 @@ def plot_asymmetry(r: dict) -> None:
     ax.set_title("σ₂(W_E), full flows from ε = 1e-3")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save_figure(fig, FIG / "markov_saddle_asymmetry.png")
+    save_figure(fig, fig_dir / "markov_saddle_asymmetry.png")
 
 
 def table(rows) -> str:
@@ -890,8 +906,9 @@ def main() -> None:
     res["manifold"] = manifold(cfg)
     rows = saddle_rows(res["saddle"]) + asymmetry_rows(res["asymmetry"], cfg)
     rows += manifold_rows(res["manifold"]) + structure_rows(res["saddle"])
-    plot_saddle(cfg, res["saddle"])
-    plot_asymmetry(res["asymmetry"])
+    fig_dir = FIG if args.write_docs else OUT  # docs' figures only with the docs
+    plot_saddle(cfg, res["saddle"], fig_dir)
+    plot_asymmetry(res["asymmetry"], fig_dir)
     res["wall_s"] = time.perf_counter() - start
     OUT.mkdir(parents=True, exist_ok=True)
     write_json(OUT / "summary.json", res)

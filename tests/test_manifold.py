@@ -1,5 +1,6 @@
 """The rank-one invariant manifold and the asymmetry saddle (analysis/asymmetry.py)."""
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -96,9 +97,17 @@ def test_the_flow_started_on_the_manifold_stays_there_and_follows_the_reduced_od
         save_params=True,
         rtol=1e-10,
         atol=1e-12,
+        solver=diffrax.Tsit5(),
     )
     reduced = solve_flow(
-        loss, small, t1=200.0, ts=ts, save_params=True, rtol=1e-10, atol=1e-12
+        loss,
+        small,
+        t1=200.0,
+        ts=ts,
+        save_params=True,
+        rtol=1e-10,
+        atol=1e-12,
+        solver=diffrax.Tsit5(),
     )
     assert full.metrics["loss"][-1] < full.metrics["loss"][0] - 0.1
     for i in range(ts.size):

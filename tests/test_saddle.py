@@ -1,5 +1,6 @@
 """The balanced unigram saddle and its block Hessian spectrum (analysis/saddle.py)."""
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -197,6 +198,7 @@ def test_the_linearised_flow_follows_the_real_flow_near_the_saddle(saddle):
             save_params=True,
             rtol=1e-11,
             atol=1e-13,
+            solver=diffrax.Tsit5(),
         )
         actual = np.stack(
             [np.asarray(flatten(traj.snapshot(i))[0] - x_star) for i in range(4)]

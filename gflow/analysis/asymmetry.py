@@ -23,6 +23,7 @@ direction that opens σ₂(W_E).
 
 from __future__ import annotations
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -166,12 +167,14 @@ def rank_one_critical_point(
     t1: float = 3000.0,
     init: AttentionModel | None = None,
     newton_iters: int = 30,
+    solver: diffrax.AbstractSolver | None = None,
 ) -> tuple[AttentionModel, list[float]]:
     """The critical point where the rank-one (width-1) flow stalls after cycle 1.
 
     Integrates the width-1 flow (the reduced ODE of S_r) to ``t1`` from ``init``
     (default: the balanced unigram saddle with α = β = 1e-3) and polishes the end
-    state with Newton's method (``newton_critical_point``).
+    state with Newton's method (``newton_critical_point``). ``solver`` is passed to
+    ``solve_flow`` (None: its default).
 
     Returns:
         (width-1 model at the critical point, |∇L| before each Newton step).
@@ -181,5 +184,7 @@ def rank_one_critical_point(
         small = jnp.full((1, 1), 1e-3, init.W_E.dtype)
         init = AttentionModel(W_E=init.W_E, W_Q=small, W_K=small, W_P=init.W_P)
     loss = PopulationLoss(chain)
-    traj = solve_flow(loss, init, t1=t1, ts=np.array([t1]), progress=False)
+    traj = solve_flow(
+        loss, init, t1=t1, ts=np.array([t1]), solver=solver, progress=False
+    )
     return newton_critical_point(loss, traj.final, iters=newton_iters, tol=1e-12)
