@@ -1,4 +1,5 @@
-"""Work-precision of Diffrax solvers and gflow's stiff solvers on the default flow.
+"""Work-precision of Diffrax solvers and gflow's own solvers (RKC2, ROCK4, EXPRB32,
+StiffSwitch and the default AutoSwitch) on the default flow.
 
 Each solver × tolerance integrates the default flow over [0, t1]; the error is the
 largest relative parameter distance to a Dopri8 rtol-1e-12 reference over 16 saved
@@ -19,7 +20,7 @@ import numpy as np
 
 from gflow import solve_flow
 from gflow.analysis.hessian import max_eigenvalue
-from gflow.dynamics.solvers import RKC2, StiffSwitch
+from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 
 from .common import RESULTS, default_problem, flat, save
 
@@ -46,7 +47,10 @@ def solvers(quick: bool):
         "dopri5": (diffrax.Dopri5(), "rtol"),
         "dopri8": (diffrax.Dopri8(), "rtol"),
         "rkc2": (RKC2(), "rtol"),
+        "rock4": (ROCK4(), "rtol"),
+        "exprb32": (EXPRB32(), "rtol"),
         "stiff_switch": (StiffSwitch(), "rtol"),
+        "auto": (AutoSwitch(), "rtol"),
     }
     if not quick:
         out["kvaerno5"] = (diffrax.Kvaerno5(), "rtol")
