@@ -477,3 +477,24 @@ def test_the_default_flow_to_t10000_has_a_complete_ordered_second_cycle():
         ("dilution", 2, 650.0, 4725.0),
         ("asymmetry_lifting", 2, 750.0, 4925.0),
     ]
+
+
+@pytest.mark.slow
+def test_gflow_flow_to_t10000_writes_a_complete_second_cycle(tmp_path):
+    """Issue 13's done-when: ``gflow flow --t1 10000`` (default solver and grid)
+    writes cycle 2's three stages into stages.json, at the fixture's times; and the
+    paper's figures."""
+    from gflow.cli.main import main
+
+    out = tmp_path / "run"
+    assert main(["--quiet", "flow", "--t1", "10000", "--out", str(out)]) == 0
+    stages = json.loads((out / "stages.json").read_text())
+    expected = detect_stages(_long_flow(), pi=PI)
+    assert [(s["stage"], s["cycle"]) for s in stages] == [
+        (s.name, s.cycle) for s in expected
+    ]
+    for got, want in zip(stages, expected):
+        assert got["t_start"] == pytest.approx(want.t_start, abs=25.0)
+        assert got["t_end"] == pytest.approx(want.t_end, abs=25.0)
+    for name in ("entropy", "attention", "singular_values", "pca", "row_norms"):
+        assert (out / f"paper_{name}.png").stat().st_size > 0
