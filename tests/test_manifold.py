@@ -175,3 +175,19 @@ def test_the_symmetric_stall_is_degenerate_and_delta_opens_a_theta_delta_mode(st
     chain, crit, _ = stalls[1e-3]
     wide = split_hessian(PopulationLoss(chain), embed_rank_one(crit, d_model=3))
     assert np.sum(np.isclose(wide["transverse"], lam[1e-3][0], rtol=1e-6)) == 2
+
+
+def test_rank_one_part_is_the_orthogonal_projection():
+    """embed(rank_one_part(θ)) = T Tᵀ θ for any θ, T the tangent basis of S_r."""
+    k = jax.random.split(jax.random.key(5), 4)
+    m, r = M_WIDTH, _direction()
+    model = AttentionModel(
+        W_E=jax.random.normal(k[0], (4, m)),
+        W_Q=jax.random.normal(k[1], (m, m)),
+        W_K=jax.random.normal(k[2], (m, m)),
+        W_P=jax.random.normal(k[3], (m, 4)),
+    )
+    T = tangent_basis(model, direction=r)
+    x = np.asarray(flatten(model)[0])
+    proj = embed_rank_one(rank_one_part(model, direction=r), d_model=m, direction=r)
+    np.testing.assert_allclose(np.asarray(flatten(proj)[0]), T @ (T.T @ x), atol=1e-12)

@@ -209,3 +209,21 @@ def test_the_linearised_flow_follows_the_real_flow_near_the_saddle(saddle):
         )
     assert err[1e-4][-1] < 1e-3
     np.testing.assert_allclose(err[1e-3][1:] / err[1e-4][1:], 10.0, rtol=0.1)
+
+
+def test_block_spectra_off_the_saddle(saddle, key):
+    """At a generic point the blocks couple, and "full" is the dense spectrum."""
+    _, loss, model = saddle
+    k = jax.random.split(key, 2)
+    generic = _replace(
+        model,
+        W_Q=0.5 * jax.random.normal(k[0], model.W_Q.shape),
+        W_K=0.5 * jax.random.normal(k[1], model.W_K.shape),
+    )
+    spec = block_spectra(loss, generic)
+    assert spec["coupling"] > 1e-3
+    lam, _ = hessian_spectrum(loss, generic)
+    np.testing.assert_allclose(spec["full"], lam, atol=1e-12)
+    # Cauchy interlacing: each diagonal block's spectrum lies within the full one
+    for name in ("embedding", "attention"):
+        assert spec[name][0] >= lam[0] - 1e-12 and spec[name][-1] <= lam[-1] + 1e-12
