@@ -31,6 +31,7 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree, Real
 
 from gflow.dynamics.solvers.exprb import EXPRB32, exprb32_step
@@ -189,28 +190,33 @@ def tsit5_step(terms, t0, h, y0, f0, args):
     Jacobian for free: h ρ ≈ h ‖k₇ − k₆‖ / ‖y₇ − y₆‖, counted only when the
     difference decays ((k₇ − k₆)·(y₇ − y₆) < 0; a growing mode is no stiffness).
     """
-    ks = [f0]
-    ys = []
-    for c, a in zip(_TSIT5.c, _TSIT5.a_lower):
-        yi = jax.tree.map(
-            lambda x, *kk, a=a: x + h * sum(float(aj) * k for aj, k in zip(a, kk)),
-            y0,
-            *ks,
-        )
-        ys.append(yi)
-        ks.append(terms.vf(t0 + float(c) * h, yi, args))
-    y1, f1 = ys[-1], ks[-1]
-    y_error = jax.tree.map(
-        lambda *kk: h * sum(float(e) * k for e, k in zip(_TSIT5.b_error, kk)), *ks
-    )
-    dy = jax.tree.map(jnp.subtract, y1, ys[-2])
-    dk = jax.tree.map(jnp.subtract, f1, ks[-2])
+    dtype = jax.tree.leaves(y0)[0].dtype
+    A = np.zeros((6, 7))  # row i: the coefficients of stage i + 2 on k₁…k₇
+    for i, row in enumerate(_TSIT5.a_lower):
+        A[i, : len(row)] = row
+    A, c = jnp.asarray(A, dtype), jnp.asarray(_TSIT5.c, dtype)
+    # the stages run in a loop so that the vector field is traced (compiled) once
+    K = jax.tree.map(lambda f: jnp.zeros((7, *f.shape), f.dtype).at[0].set(f), f0)
+
+    def stage(i, carry):
+        K, _, y_before = carry  # keeps the last two stage values: y₆ and y₇ = y₁
+        yi = jax.tree.map(lambda x, k: x + h * jnp.tensordot(A[i], k, axes=1), y0, K)
+        fi = terms.vf(t0 + c[i] * h, yi, args)
+        K = jax.tree.map(lambda k, f: k.at[i + 1].set(f), K, fi)
+        return K, y_before, yi
+
+    K, y6, y1 = jax.lax.fori_loop(0, 6, stage, (K, y0, y0))
+    f1 = jax.tree.map(lambda k: k[6], K)
+    b_error = jnp.asarray(_TSIT5.b_error, dtype)
+    y_error = jax.tree.map(lambda k: h * jnp.tensordot(b_error, k, axes=1), K)
+    dy = jax.tree.map(jnp.subtract, y1, y6)
+    dk = jax.tree.map(lambda k: k[6] - k[5], K)
     ndy = tree_norm(dy)
     # only a decaying direction (dk·dy < 0) is stiffness; growth is accuracy-limited
     dot = sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(dk), jax.tree.leaves(dy)))
     ok = (ndy > 0) & (dot < 0)
     h_rho = jnp.where(ok, h * tree_norm(dk) / jnp.where(ok, ndy, 1.0), 0.0)
-    ks = jax.tree.map(lambda *kk: h * jnp.stack(kk), *ks)  # Diffrax's dense stages
+    ks = jax.tree.map(lambda k: h * k, K)  # Diffrax's dense stages
     return y1, f1, y_error, h_rho, ks
 
 
