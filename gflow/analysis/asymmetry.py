@@ -16,9 +16,10 @@ maps S_r and its orthogonal complement into themselves: its spectrum splits exac
 into a *tangential* part (the m = 1 Hessian) and a *transverse* part (directions
 that give a block a second singular value). ``split_hessian`` returns both. With
 π = (p₀, q + δ, q, q − δ) the flow on S_r stalls at a critical point after focus
-and dilution; at δ = 0 its transverse part has zero eigenvalues beyond those of the
-symmetries, and δ > 0 turns one of them negative: the escape along the asymmetric
-direction that opens σ₂(W_E).
+and dilution (``rank_one_critical_point``). At δ = 0 its whole transverse part is
+zero; δ > 0 turns one pair of those zeros into ±λ₁ with λ₁ = Θ(δ) (0.067 δ for
+p₀ = 0.7, q = 0.1, λ = 0.5; docs/markov_saddle.md), the escape along the asymmetric
+direction that opens σ₂(W_E), and another pair into ±Θ(δ³).
 """
 
 from __future__ import annotations

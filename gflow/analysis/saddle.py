@@ -23,6 +23,11 @@ whose quadratic form is 2⟨∂L/∂W_A, q kᵀ⟩ = 2γ (qᵀr)·(kᵀr) with
 (∂L/∂Φ)_il = τ π_i π_l (π − P_i)·(M_l − v). So the attention block has m eigenvalues
 +c, m eigenvalues −c (c = |γ|) and 2m² − 2m zeros: near the saddle W_Q and W_K grow
 like ε e^{ct}, Φ like ε² e^{2ct}, and the plateau lasts about ln(1/ε)/c.
+
+``unigram_saddle`` builds the point, ``saddle_rate`` gives c from the formula,
+``block_spectra`` the Hessian's block spectra (dense), ``restricted_newton`` finds a
+unigram critical point from any start, and ``structure`` gives the stage-wise
+structural measurements (alignment with π, rank of each block, W_QK alignment).
 """
 
 from __future__ import annotations
