@@ -44,7 +44,7 @@ def test_below_the_edge_it_is_the_gradient_flow_in_closed_form_at_fourth_order()
     assert 12 < errors[0] / errors[1] < 20  # RK4: halving dt divides it by ~16
 
 
-def test_lobpcg_eigenpairs_equal_the_dense_ones():
+def test_krylov_eigenpairs_equal_the_dense_ones():
     A, _ = _quadratic(n=40, seed=1, top=3.0)
     w = jnp.zeros(40)
     U0 = jax.random.normal(jax.random.key(1), (40, 3))

@@ -20,7 +20,8 @@ the time derivative of Uᵀ H U along dw/dt is b − A(X). Only eigenvalues at o
 ``active``·2/η take part; below the edge X = 0 and this is the gradient flow.
 
 gflow's version stays inside one compiled program: the eigenpairs are tracked by
-warm-started LOBPCG on Hessian-vector products (dense ``eigh`` for tiny models), and
+warm-started block Krylov–Rayleigh–Ritz iterations on Hessian-vector products
+(dense ``eigh`` for tiny models), and
 the complementarity problem, a convex quadratic program over the PSD cone
 (min ½⟨X, A X⟩ − ⟨b, X⟩, X ⪰ 0), is solved by accelerated projected gradient in
 JAX, warm-started from the previous substep, instead of by a host-side convex solver.
@@ -41,7 +42,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.sparse.linalg import lobpcg_standard
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, ArrayLike, Float, Real
 
@@ -59,7 +59,8 @@ class CentralFlowReference(AbstractReference):
         active: eigenvalues ≥ ``active`` · 2/η enter the constraint.
         restore: rate, in units of 1/η, at which an eigenvalue above 2/η is pulled
             back to it.
-        eig_iters: LOBPCG iterations per substep (warm-started from the last one).
+        eig_iters: eigensolver iterations at each substep's first stage (warm-started
+            from the last substep; the other three RK4 stages take one).
         qp_iters: projected-gradient iterations of the complementarity problem per
             substep (warm-started).
     """
@@ -68,7 +69,7 @@ class CentralFlowReference(AbstractReference):
     num_eigs: int = 2
     active: float = 0.975
     restore: float = 0.5
-    eig_iters: int = 4
+    eig_iters: int = 2
     qp_iters: int = 60
     name: ClassVar[str] = "central"
 
@@ -123,9 +124,7 @@ class CentralFlowReference(AbstractReference):
         counts = np.diff(np.concatenate([[0], idx])).astype(np.int32)
         params, static = eqx.partition(model, eqx.is_inexact_array)
         w0, unravel = ravel_pytree(params)
-
-        def flat_loss(w):
-            return loss_fn(eqx.combine(unravel(w), static))
+        flat_loss = _FlatLoss(loss_fn, static, params)
 
         ws, lam, extra_loss, finite = _integrate(
             self, flat_loss, w0, jnp.asarray(counts), jnp.asarray(dt, w0.dtype)
@@ -157,6 +156,30 @@ class CentralFlowReference(AbstractReference):
         )
 
 
+class _FlatLoss(eqx.Module):
+    """w ↦ loss(model with flat parameters w), as a Module so that every member of a
+    sweep reuses one compiled integration (a closure would be a new function)."""
+
+    loss_fn: LossFn
+    static: Model
+    treedef: object = eqx.field(static=True)
+    shapes: tuple = eqx.field(static=True)
+
+    def __init__(self, loss_fn, static, params):
+        self.loss_fn, self.static = loss_fn, static
+        leaves, self.treedef = jax.tree.flatten(params)
+        self.shapes = tuple((x.shape, x.dtype) for x in leaves)
+
+    def __call__(self, w):
+        leaves, start = [], 0
+        for shape, dtype in self.shapes:
+            size = int(np.prod(shape))
+            leaves.append(w[start : start + size].reshape(shape).astype(dtype))
+            start += size
+        params = jax.tree.unflatten(self.treedef, leaves)
+        return self.loss_fn(eqx.combine(params, self.static))
+
+
 def _hvp(f, w, v):
     return jax.jvp(jax.grad(f), (w,), (v,))[1]
 
@@ -166,17 +189,27 @@ def top_eigenpairs(
 ) -> tuple[Float[Array, " k"], Float[Array, "n k"]]:
     """Top-k eigenpairs of ∇²f(w), descending, warm-started from the columns of U.
 
-    LOBPCG on Hessian-vector products; dense ``eigh`` when n ≤ 5k (LOBPCG's limit).
+    Block Krylov–Rayleigh–Ritz on Hessian-vector products: each iteration takes the
+    top k Ritz pairs of H on span[U, HU] (2k products; Householder QR keeps the
+    basis orthonormal when HU already lies in span U). Dense ``eigh`` when n ≤ 4k.
     """
     n, k = U.shape
-    if n <= 5 * k:
+    if n <= 4 * k:
         H = jax.vmap(lambda e: _hvp(f, w, e))(jnp.eye(n, dtype=w.dtype))
         lam, V = jnp.linalg.eigh(0.5 * (H + H.T))
         return lam[::-1][:k], V[:, ::-1][:, :k]
-    lam, V, _ = lobpcg_standard(
-        jax.vmap(lambda v: _hvp(f, w, v), in_axes=1, out_axes=1), U, m=iters
-    )
-    return lam, V
+    hvps = jax.vmap(lambda v: _hvp(f, w, v), in_axes=1, out_axes=1)
+
+    def body(_, carry):
+        U, _ = carry
+        Q, _ = jnp.linalg.qr(jnp.concatenate([U, hvps(U)], axis=1))
+        M = Q.T @ hvps(Q)
+        lam, V = jnp.linalg.eigh(0.5 * (M + M.T))
+        return Q @ V[:, ::-1][:, :k], lam[::-1][:k]
+
+    U, _ = jnp.linalg.qr(U)
+    U, lam = jax.lax.fori_loop(0, iters, body, (U, jnp.zeros(k, w.dtype)))
+    return lam, U
 
 
 def _third_derivatives(f, w, U):
@@ -233,10 +266,14 @@ def solve_complementarity(
     return X
 
 
-def central_velocity(cfg: CentralFlowReference, f, w, U, X, lr):
-    """dw/dt of the central flow at w, and the updated (U, λ, X, ½⟨Σ, H⟩)."""
+def central_velocity(cfg: CentralFlowReference, f, w, U, X, lr, eig_iters=None):
+    """dw/dt of the central flow at w, and the updated (U, λ, X, ½⟨Σ, H⟩).
+
+    ``eig_iters`` eigensolver iterations from U (default ``cfg.eig_iters``).
+    """
     g = jax.grad(f)(w)
-    lam, U_new = top_eigenpairs(f, w, U, cfg.eig_iters)
+    iters = cfg.eig_iters if eig_iters is None else eig_iters
+    lam, U_new = top_eigenpairs(f, w, U, iters)
     R = U_new.T @ U  # carry X into the new eigenbasis (rotations, sign flips)
     X = R @ X @ R.T
     edge = 2.0 / lr
@@ -266,22 +303,23 @@ def _integrate(cfg, f, w0, counts, dt):
     """Classic RK4 on the central flow; the state after each count of substeps.
 
     Every stage warm-starts its eigensolver and complementarity problem from the
-    substep's first stage, so all four see the same tracked eigenbasis.
+    substep's first stage; the first runs ``eig_iters`` eigensolver iterations, the
+    others one (the eigenvectors move by O(dt) within a substep).
     """
     n, k = w0.shape[0], min(cfg.num_eigs, w0.shape[0])
     U0 = jax.random.normal(jax.random.key(0), (n, k), w0.dtype)
     _, U0 = top_eigenpairs(f, w0, U0, 100)  # a cold start needs more iterations
     lr = dt * cfg.substeps
 
-    def velocity(w, U, X):
-        return central_velocity(cfg, f, w, U, X, lr)
+    def velocity(w, U, X, iters=None):
+        return central_velocity(cfg, f, w, U, X, lr, iters)
 
     def substep(_, state):
         w, U, X = state
         k1, U, _, X, _ = velocity(w, U, X)
-        k2 = velocity(w + 0.5 * dt * k1, U, X)[0]
-        k3 = velocity(w + 0.5 * dt * k2, U, X)[0]
-        k4 = velocity(w + dt * k3, U, X)[0]
+        k2 = velocity(w + 0.5 * dt * k1, U, X, 1)[0]
+        k3 = velocity(w + 0.5 * dt * k2, U, X, 1)[0]
+        k4 = velocity(w + dt * k3, U, X, 1)[0]
         return w + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4), U, X
 
     def segment(state, count):
