@@ -78,6 +78,8 @@ from gflow.analysis.compare import fit_order as fit_order
 from gflow.analysis.sweep_compare import compare_sweep as compare_sweep
 from gflow.analysis.sharpness import predicted_departure as predicted_departure
 from gflow.analysis.sharpness import sharpness_along as sharpness_along
+from gflow.analysis.saddle import saddle_rate as saddle_rate
+from gflow.analysis.saddle import unigram_saddle as unigram_saddle
 
 # Text: corpora, tokenisers, windows, text observables (a vertical slice).
 from gflow import text as text
@@ -169,6 +171,7 @@ __all__ = [
     "run_sweep",
     "run_sweep_resumable",
     "save_trajectory",
+    "saddle_rate",
     "sequence_loss",
     "sharpness_along",
     "singular_values",
@@ -178,5 +181,6 @@ __all__ = [
     "stationary_distribution",
     "text",
     "token_coordinates",
+    "unigram_saddle",
     "write_report",
 ]
