@@ -10,7 +10,7 @@ import pytest
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss, solve_flow
 from gflow.analysis.hessian import flatten
-from gflow.dynamics.solvers import EXPRB32, ROCK4, AutoSwitch
+from gflow.dynamics.solvers import EXPRB32, ROCK4, AutoState, AutoSwitch, ExpState
 from gflow.dynamics.solvers.auto import hermite_stages, tsit5_step
 from gflow.dynamics.solvers.exprb import exprb32_step, lanczos, phi
 from gflow.dynamics.solvers.rock4 import (
@@ -253,6 +253,7 @@ def test_exprb32_adaptive_on_a_wide_stiff_spectrum():
     )
     assert np.abs(np.asarray(sol.ys[-1]) - _relax_exact(5.0)).max() < 1e-5
     assert int(sol.stats["num_steps"]) < 500  # Tsit5 needs ~1e4 (h ≤ 3.3e-4)
+    assert isinstance(sol.solver_state, ExpState)
     assert float(sol.solver_state.rho) > 1e3  # the Ritz values see the stiff end
 
 
@@ -315,6 +316,7 @@ def test_autoswitch_switches_on_a_stiff_system_and_stays_accurate():
     sol = diffrax.diffeqsolve(term, AutoSwitch(), **kw)
     assert np.abs(np.asarray(sol.ys[-1]) - _relax_exact(5.0)).max() < 1e-5
     state = sol.solver_state
+    assert isinstance(state, AutoState)
     assert int(state.num_switches) >= 1 and bool(state.stiff)
     tsit = diffrax.diffeqsolve(term, diffrax.Tsit5(), **kw)
     assert int(state.num_evals) < 6 * int(tsit.stats["num_steps"]) / 5
