@@ -14,7 +14,8 @@ six evaluations a step, no Jacobian-vector product. Once it reaches ``switch_on`
 next step is an EXPRB32 step, which costs 2 + 4m evaluations (m Lanczos steps) however
 large h ρ is, while Tsit5 at its stability limit pays about 6/(3.3/ρ) ≈ 1.8 ρ per unit
 time. So the exponential steps are kept while h ρ ≥ ``switch_off`` (≈ (2 + 4m)/1.8 at
-m = 6, ρ now the largest Lanczos Ritz value) and Tsit5 takes over below it. Two counts
+m = 6; ρ now minus the most negative Lanczos Ritz value, kept sticky) and Tsit5
+takes over below it. Two counts
 stop the switch from oscillating: a switch to EXPRB32 waits ``cooldown`` accepted
 Tsit5 steps after the last switch back, and EXPRB32 keeps at least ``probation``
 steps, enough for the controller to grow h from Tsit5's stability-limited step. One
@@ -54,7 +55,7 @@ class AutoSwitch(diffrax.AbstractSolver):
 
     The defaults were chosen on the default Markov flow (docs/integrators.md): to
     t = 3000 at rtol 1e-6 it ends closer to a Dopri8 reference than Tsit5 with about
-    30× fewer gradient evaluations, and to t = 400 it costs 1.14× Tsit5's.
+    30× fewer gradient evaluations, and to t = 400 it costs 1.07× Tsit5's.
 
     Attributes:
         stiff: the exponential solver of the stiff phase.
