@@ -1,0 +1,504 @@
+"""Do the plateau and the stage order C→F→D→A survive other chains, λ and large ε?
+
+Question (issue 13.5): the cycle-1 stages of docs/markov_cycle.md were measured on one
+chain and one seed. Over five initialisation seeds each, do they hold (a) for three
+other transition matrices P with the same stationary π = (0.75, 0.19, 0.05, 0.01),
+(b) for λ ∈ {0.25, 0.5, 0.75} and (c) for initial scales ε from 1e-3 (the default) up
+to 1/√m (m = d_model = 32), and where do the unigram plateau and the stage order
+disappear as ε grows (the paper's small-initialisation assumption)?
+
+The other chains are P = λ·Q + (1 − λ)·1πᵀ with λ = 0.5 (the default's mixing with a
+fresh draw from π) and Q a stochastic matrix with stationary π that is not the
+identity: Q = D_π⁻¹F for a coupling F ≥ 0 whose row and column sums are both π, so
+that πQ = 1ᵀF = π (``other_chains``):
+
+- ``ring``: Metropolis on the ring 0-1-2-3-0 (reversible, sparse): propose a
+  neighbour with probability 1/2 each, accept with min(1, π_j/π_i);
+- ``metropolis``: Metropolis with a uniform proposal among the other tokens
+  (reversible, dense; the rare tokens almost never repeat);
+- ``sinkhorn``: F a random positive matrix scaled by Sinkhorn to marginals (π, π)
+  (not reversible, dense; fixed seed).
+
+Measured per flow (population loss, float64, gflow's default solver, t1 = 600:
+cycle 1 ends by t ≈ 340 for the default): the cycle-1 stage times of
+``gflow.detect_stages``, the escape time (loss halfway from L(0) to H(π)), the
+plateau length (time with ∣L − H(π)∣ < 1% of (log d − H(π)), the measure of claim g
+in docs/markov_cycle.md, where the plateau-free ablations give 0.5-2), the minimum
+π-weighted attention entropy over the run and whether the order C→F→D→A holds: all
+four stages found, condensation ends before focus starts, and the starts of focus,
+dilution and asymmetry lifting are in this order. Each configuration reports
+mean ± sample sd over the seeds and k/n seeds with the order; the plateau counts as
+present when it lasts at least ``Config.min_plateau`` (10) in every seed.
+
+Command (from the repository root):
+
+    PYTHONPATH=$PWD python experiments/markov_robustness.py [--quick] [--write-docs]
+
+Runtime: about 5-8 minutes on two shared cores (one compilation serves every flow;
+the chain and the initial model are data), 50 flows; ``--quick`` runs one seed per
+configuration (10 flows, about 1-2 minutes) into results_quick.json. Writes
+experiments/results/markov_robustness/results.json (one entry per flow, saved as each
+finishes and reused on a rerun, so an interrupted run loses at most one flow),
+table.md and markov_robustness_eps.png; with --write-docs the figure goes to
+docs/figures/ and the table replaces the block between ``<!-- robustness:start -->``
+and ``<!-- robustness:end -->`` of docs/markov_cycle.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # benchmarks/ is a sibling package, not installed
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.quiet import replace_block  # noqa: E402
+from gflow.analysis.stage_observables import StageObservables  # noqa: E402
+from gflow.analysis.stages import detect_stages  # noqa: E402
+from gflow.dynamics.flow import solve_flow  # noqa: E402
+from gflow.dynamics.solvers import StiffSwitch  # noqa: E402
+from gflow.problems.losses import PopulationLoss  # noqa: E402
+from gflow.problems.markov import MarkovChain  # noqa: E402
+from gflow.problems.model import AttentionModel  # noqa: E402
+from gflow.runs.files import read_json, write_json  # noqa: E402
+
+OUT = ROOT / "experiments" / "results" / "markov_robustness"
+DOC = ROOT / "docs" / "markov_cycle.md"
+FIGS = ROOT / "docs" / "figures"
+START, END = "<!-- robustness:start -->", "<!-- robustness:end -->"
+CMD = "PYTHONPATH=$PWD python experiments/markov_robustness.py --write-docs"
+PI = (0.75, 0.19, 0.05, 0.01)
+ORDER = ("condensation", "focus", "dilution", "asymmetry_lifting")
+#: the per-flow numbers the table summarises, in column order
+QUANTITIES = (
+    "escape",
+    "plateau",
+    "condensation_end",
+    "focus_start",
+    "focus_end",
+    "dilution_start",
+    "dilution_end",
+    "asymmetry_lifting_start",
+    "asymmetry_lifting_end",
+    "min_entropy",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The configurations, seeds and flow settings of the experiment."""
+
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    d_model: int = 32
+    eps: tuple[float, ...] = (1e-3, 1e-2, 3e-2, 0.1, 1 / math.sqrt(32))
+    lams: tuple[float, ...] = (0.25, 0.5, 0.75)
+    chain_lam: float = 0.5
+    t1: float = 1500.0
+    num_saves: int = 3001
+    rtol: float = 1e-6
+    atol: float = 1e-8
+    min_plateau: float = 10.0
+    sinkhorn_seed: int = 0
+
+
+def _coupling_chain(F: np.ndarray) -> np.ndarray:
+    """Q = D_π⁻¹F for a coupling F whose row and column sums are π."""
+    return F / F.sum(axis=1, keepdims=True)
+
+
+def sinkhorn_coupling(pi, *, seed: int, iters: int = 10_000) -> np.ndarray:
+    """A random positive d × d matrix scaled to row and column sums π (float64)."""
+    pi = np.asarray(pi, float)
+    # log-normal entries: a structured coupling, not one close to ππᵀ
+    F = np.exp(2.0 * np.random.default_rng(seed).normal(size=(pi.size, pi.size)))
+    for _ in range(iters):
+        F *= (pi / F.sum(axis=1))[:, None]
+        F *= (pi / F.sum(axis=0))[None, :]
+        if np.abs(F.sum(axis=1) - pi).max() < 1e-16:
+            break
+    return F
+
+
+def metropolis(pi, proposal: np.ndarray) -> np.ndarray:
+    """The Metropolis chain of a symmetric proposal: Q_ij = R_ij min(1, π_j/π_i)."""
+    pi = np.asarray(pi, float)
+    Q = proposal * np.minimum(1.0, pi[None, :] / pi[:, None])
+    np.fill_diagonal(Q, 0.0)
+    np.fill_diagonal(Q, 1.0 - Q.sum(axis=1))
+    return Q
+
+
+def other_chains(pi=PI, *, lam: float = 0.5, seed: int = 0) -> dict[str, np.ndarray]:
+    """Three transition matrices P = λQ + (1 − λ)1πᵀ with stationary π (module
+    docstring); Q is not the identity, so P differs from the default λI + (1 − λ)1πᵀ.
+    """
+    pi = np.asarray(pi, float)
+    d = pi.size
+    ring = np.zeros((d, d))
+    for i in range(d):
+        ring[i, (i + 1) % d] = ring[i, (i - 1) % d] = 0.5
+    uniform = (np.ones((d, d)) - np.eye(d)) / (d - 1)
+    qs = {
+        "ring": metropolis(pi, ring),
+        "metropolis": metropolis(pi, uniform),
+        "sinkhorn": _coupling_chain(sinkhorn_coupling(pi, seed=seed)),
+    }
+    return {k: lam * q + (1.0 - lam) * np.outer(np.ones(d), pi) for k, q in qs.items()}
+
+
+def configurations(cfg: Config) -> dict[str, dict]:
+    """Name -> {"P": [d, d] list, "eps": ε, "label": text} of every configuration."""
+    default = MarkovChain.from_lambda(pi=PI, lam=0.5).P
+    out = {"default": {"P": default, "eps": cfg.eps[0], "label": "default"}}
+    for name, P in other_chains(PI, lam=cfg.chain_lam, seed=cfg.sinkhorn_seed).items():
+        out[f"chain_{name}"] = {"P": P, "eps": cfg.eps[0], "label": f"P = {name}"}
+    for lam in cfg.lams:
+        if lam != 0.5:
+            P = MarkovChain.from_lambda(pi=PI, lam=lam).P
+            out[f"lam_{lam:g}"] = {"P": P, "eps": cfg.eps[0], "label": f"λ = {lam:g}"}
+    for e in cfg.eps[1:]:
+        label = "ε = 1/√m" if math.isclose(e, 1 / math.sqrt(cfg.d_model)) else None
+        out[f"eps_{e:.4g}"] = {"P": default, "eps": e, "label": label or f"ε = {e:g}"}
+    return {k: {**v, "P": np.asarray(v["P"], float).tolist()} for k, v in out.items()}
+
+
+def _stage(stages, name):
+    return next((s for s in stages if s.name == name and s.cycle == 1), None)
+
+
+def order_holds(stages) -> bool:
+    """C→F→D→A in cycle 1: all four found, condensation ends before focus starts,
+    and focus, dilution and asymmetry lifting start in this order."""
+    c, f, d, a = (_stage(stages, n) for n in ORDER)
+    if None in (c, f, d, a):
+        return False
+    return c.t_end <= f.t_start <= d.t_start <= a.t_start
+
+
+def measure(traj, chain: MarkovChain) -> dict:
+    """The per-flow numbers (module docstring) from a trajectory with
+    StageObservables."""
+    t = np.asarray(traj.t, float)
+    loss = np.asarray(traj.metrics["loss"], float)
+    h, log_d = chain.unigram_loss, math.log(chain.d)
+    stages = detect_stages(traj, pi=chain.pi)
+    mid = 0.5 * (loss[0] + h)
+    below = loss <= mid
+    near = np.abs(loss - h) < 0.01 * (log_d - h)
+    entropy = np.asarray(traj.metrics["attention_entropy"], float)
+    lift = _stage(stages, "asymmetry_lifting")
+    t_cycle1 = t[-1] if lift is None else lift.t_end  # the entropy's cycle-1 minimum
+    res = {
+        "status": traj.status,
+        "loss0": float(loss[0]),
+        "escape": float(t[np.argmax(below)]) if below.any() else None,
+        "plateau": float(np.sum(near) * (t[1] - t[0])),
+        "min_entropy": float(np.min(entropy[t <= t_cycle1])),
+        "final_loss": float(loss[-1]),
+        "order": order_holds(stages),
+        "stages": [s.to_dict() for s in stages],
+    }
+    for name in ORDER:
+        s = _stage(stages, name)
+        if name != "condensation":
+            res[f"{name}_start"] = None if s is None else s.t_start
+        res[f"{name}_end"] = None if s is None else s.t_end
+    return res
+
+
+def run_one(P, eps: float, seed: int, cfg: Config) -> dict:
+    """Integrate one flow to cfg.t1 and measure it."""
+    chain = MarkovChain(P)
+    model = AttentionModel.init(
+        d_vocab=chain.d, d_model=cfg.d_model, init_scale=eps, key=jax.random.key(seed)
+    )
+    start = time.perf_counter()
+    traj = solve_flow(
+        PopulationLoss(chain),
+        model,
+        t1=cfg.t1,
+        ts=np.linspace(0.0, cfg.t1, cfg.num_saves),
+        solver=StiffSwitch(),
+        rtol=cfg.rtol,
+        atol=cfg.atol,
+        observables=StageObservables(chain),
+        progress=False,
+    )
+    wall = time.perf_counter() - start
+    return {
+        **measure(traj, chain),
+        "steps": int(traj.stats["num_steps"]),
+        "wall_s": wall,
+    }
+
+
+def _spec(conf: dict, seed: int, cfg: Config) -> dict:
+    """What a saved result depends on: a changed spec is measured again."""
+    return {
+        "P": conf["P"],
+        "eps": conf["eps"],
+        "seed": seed,
+        "d_model": cfg.d_model,
+        "t1": cfg.t1,
+        "num_saves": cfg.num_saves,
+        "rtol": cfg.rtol,
+        "atol": cfg.atol,
+    }
+
+
+def run(
+    cfg: Config, path: Path, *, only: tuple[str, ...] = (), argv: list[str] = ()
+) -> dict:
+    """Every flow not yet in ``path`` (results.json), saved after each one."""
+    saved = read_json(path) if path.exists() else {}
+    runs = saved.setdefault("runs", {})
+    sessions = saved.setdefault("sessions", [])
+    session = {"uptime_at_start": _uptime(), "argv": list(argv), "flows": 0}
+    for name, conf in configurations(cfg).items():
+        if only and name not in only:
+            continue
+        for seed in cfg.seeds:
+            key, spec = f"{name}/seed{seed}", _spec(conf, seed, cfg)
+            if key in runs and runs[key]["spec"] == spec:
+                continue
+            res = run_one(conf["P"], conf["eps"], seed, cfg)
+            runs[key] = {"spec": spec, **res}
+            if session["flows"] == 0:
+                sessions.append(session)
+            session["flows"] += 1
+            write_json(path, saved)
+            print(
+                f"{key}: {res['status']}, {res['steps']} steps, {res['wall_s']:.1f} s, "
+                f"order {res['order']}, plateau {res['plateau']:.1f}",
+                flush=True,
+            )
+    return saved
+
+
+def _keys(cfg: Config, saved: dict) -> list[str]:
+    """The saved flows that belong to ``cfg`` (their spec matches)."""
+    runs = saved.get("runs", {})
+    return [
+        f"{name}/seed{s}"
+        for name, conf in configurations(cfg).items()
+        for s in cfg.seeds
+        if runs.get(f"{name}/seed{s}", {}).get("spec") == _spec(conf, s, cfg)
+    ]
+
+
+def summarize(values) -> dict:
+    """Mean ± sample sd of the values that are not None, with their count n and the
+    total; sd is None for fewer than two values."""
+    x = np.array([v for v in values if v is not None], float)
+    return {
+        "mean": float(x.mean()) if x.size else None,
+        "sd": float(x.std(ddof=1)) if x.size > 1 else None,
+        "n": int(x.size),
+        "total": len(values),
+    }
+
+
+def count(flags) -> tuple[int, int]:
+    """k of n: how many flags are true."""
+    flags = list(flags)
+    return sum(bool(f) for f in flags), len(flags)
+
+
+def summary(cfg: Config, saved: dict) -> dict:
+    """Per configuration: every quantity's mean ± sd, k/n with the order, plateau."""
+    out = {}
+    keys = set(_keys(cfg, saved))
+    for name, conf in configurations(cfg).items():
+        rows = [
+            saved["runs"][f"{name}/seed{s}"]
+            for s in cfg.seeds
+            if f"{name}/seed{s}" in keys
+        ]
+        if not rows:
+            continue
+        s = {q: summarize([r[q] for r in rows]) for q in QUANTITIES}
+        k, n = count(r["order"] for r in rows)
+        kp, _ = count(r["plateau"] >= cfg.min_plateau for r in rows)
+        out[name] = {
+            "label": conf["label"],
+            "eps": conf["eps"],
+            **s,
+            "order": [k, n],
+            "plateau_present": [kp, n],
+            "status": sorted({r["status"] for r in rows}),
+        }
+    return out
+
+
+def _fmt(s: dict, digits: int = 0) -> str:
+    if s["mean"] is None:
+        return "–"
+    text = f"{s['mean']:.{digits}f}"
+    if s["sd"] is not None:
+        text += f" ± {s['sd']:.{digits}f}"
+    if s["n"] < s["total"]:
+        text += f" ({s['n']}/{s['total']})"
+    return text
+
+
+def _verdict(row: dict) -> str:
+    k, n = row["order"]
+    kp, _ = row["plateau_present"]
+    plateau = "present" if kp == n else "absent" if kp == 0 else f"present {kp}/{n}"
+    return f"order {k}/{n}; plateau {plateau}"
+
+
+def table(cfg: Config, summ: dict) -> str:
+    """The markdown table: one row per configuration."""
+    head = (
+        "| configuration | escape | plateau | C end | F start | F end | D start | "
+        "D end | A start | A end | min entropy | verdict |"
+    )
+    lines = [head, "|" + "---|" * 12]
+    for row in summ.values():
+        cells = [
+            _fmt(
+                row[q],
+                3 if q == "min_entropy" else 1 if q in ("escape", "plateau") else 0,
+            )
+            for q in QUANTITIES
+        ]
+        lines.append(
+            f"| {row['label']} | " + " | ".join(cells) + f" | {_verdict(row)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(cfg: Config, summ: dict, path: Path) -> None:
+    """Stage starts, escape and plateau length against ε, mean ± sd over the seeds."""
+    from gflow.plotting.figure import plt, save_figure
+
+    rows = [summ["default"]] + [summ[k] for k in summ if k.startswith("eps_")]
+    eps = np.array([r["eps"] for r in rows])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for q, label in (
+        ("escape", "escape"),
+        ("focus_start", "focus start"),
+        ("dilution_start", "dilution start"),
+        ("asymmetry_lifting_start", "lifting start"),
+    ):
+        m = np.array([np.nan if r[q]["mean"] is None else r[q]["mean"] for r in rows])
+        sd = np.array([r[q]["sd"] or 0.0 for r in rows])
+        axes[0].errorbar(eps, m, yerr=sd, marker="o", capsize=3, label=label)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("ε (init scale)")
+    axes[0].set_ylabel("t")
+    axes[0].set_title("cycle-1 stage starts (mean ± sd over seeds)")
+    axes[0].legend(fontsize=7)
+    m = np.array([r["plateau"]["mean"] for r in rows])
+    sd = np.array([r["plateau"]["sd"] or 0.0 for r in rows])
+    axes[1].errorbar(eps, m, yerr=sd, marker="o", capsize=3, label="plateau length")
+    axes[1].axhline(cfg.min_plateau, color="k", ls="--", lw=1, label="present above")
+    order = [r["order"][0] / r["order"][1] for r in rows]
+    ax2 = axes[1].twinx()
+    ax2.plot(eps, order, "s:", color="C3", label="fraction with C→F→D→A")
+    ax2.set_ylim(-0.05, 1.05)
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("ε (init scale)")
+    axes[1].set_title("plateau length; stage order")
+    axes[1].legend(fontsize=7, loc="upper right")
+    ax2.legend(fontsize=7, loc="center right")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def doc_text(cfg: Config, saved: dict, summ: dict, command: str) -> str:
+    """The block of docs/markov_cycle.md."""
+    walls = [saved["runs"][k]["wall_s"] for k in _keys(cfg, saved)]
+    loads = "; ".join(
+        f"`{s['uptime_at_start']}` ({s['flows']} flows)" for s in saved["sessions"]
+    )
+    pis = ", ".join(f"{p:g}" for p in PI)
+    chains = other_chains(PI, lam=cfg.chain_lam, seed=cfg.sinkhorn_seed)
+    mats = "\n".join(
+        f"- `{k}`: P = "
+        + np.array2string(np.asarray(P), precision=4, separator=", ").replace("\n", "")
+        for k, P in chains.items()
+    )
+    return (
+        f"`{command}` ({len(cfg.seeds)} seed(s) per configuration: "
+        f"{', '.join(map(str, cfg.seeds))}; population loss, float64, StiffSwitch, "
+        f"t1 = {cfg.t1:g}, {cfg.num_saves} saved times; {len(walls)} flows, "
+        f"{sum(walls):.0f} s of integration with compilation; `uptime` at the start "
+        f"of each session that ran flows: {loads}).\n\n"
+        f"π = ({pis}) in every row; m = {cfg.d_model}; λ = 0.5 and ε = 1e-3 unless "
+        "the row says otherwise. Times in flow-time units, mean ± sample sd over the "
+        "seeds ((k/n) when a stage was found in k seeds only); C, F, D, A = "
+        "condensation, focus, dilution, asymmetry lifting of cycle 1; escape = loss "
+        "halfway from L(0) to H(π); plateau = time with ∣L − H(π)∣ < 1% of "
+        f"(log d − H(π)), present when ≥ {cfg.min_plateau:g}; min entropy = the "
+        "smallest π-weighted attention entropy (nats) up to the end of cycle 1's "
+        "asymmetry lifting (up to t1 when none is found); order k/n = seeds in "
+        "which all four stages are found, C ends before F starts and F, D, A start "
+        "in this order.\n\n"
+        + table(cfg, summ)
+        + f"\nThe other chains (P = {cfg.chain_lam:g}·Q + {1 - cfg.chain_lam:g}·1πᵀ, "
+        "πP = π to 1e-12: tests/test_markov_robustness.py):\n\n" + mats + "\n"
+    )
+
+
+def write_docs(doc: Path, text: str) -> None:
+    """Put ``text`` in the robustness block of ``doc``, appending the section (heading
+    and markers) at the end of the document the first time."""
+    if START not in doc.read_text():
+        body = doc.read_text().rstrip("\n")
+        doc.write_text(f"{body}\n\n## Robustness (issue 13.5)\n\n{START}\n{END}\n")
+    replace_block(doc, START, END, text)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="one seed (results_quick.json)")
+    p.add_argument("--write-docs", action="store_true", help=f"update {DOC.name}")
+    p.add_argument("--only", nargs="*", default=(), help="only these configurations")
+    p.add_argument("--out", type=Path, default=OUT, help="results directory")
+    p.add_argument("--doc", type=Path, default=DOC, help="document to update")
+    p.add_argument("--figures", type=Path, default=FIGS, help="figure directory")
+    args = p.parse_args(argv)
+    cfg = Config(seeds=(0,)) if args.quick else Config()
+    suffix = "_quick" if args.quick else ""
+    print(f"start: {_uptime()}", flush=True)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    path = args.out / f"results{suffix}.json"
+    saved = run(cfg, path, only=tuple(args.only), argv=argv)
+    summ = summary(cfg, saved)
+    write_json(args.out / f"summary{suffix}.json", summ)
+    text = table(cfg, summ)
+    (args.out / f"table{suffix}.md").write_text(text)
+    print(text)
+    if "default" in summ and any(k.startswith("eps_") for k in summ):
+        fig_dir = args.figures if args.write_docs else args.out
+        plot(cfg, summ, fig_dir / f"markov_robustness_eps{suffix}.png")
+    if args.write_docs:
+        write_docs(
+            args.doc, doc_text(cfg, saved, summ, CMD + (" --quick" * args.quick))
+        )
+
+
+if __name__ == "__main__":
+    main()

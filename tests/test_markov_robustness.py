@@ -1,0 +1,156 @@
+"""experiments/markov_robustness.py: the other chains, the summary, a --quick run."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gflow.analysis.stages import Stage
+from gflow.problems.markov import MarkovChain
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location(
+    "markov_robustness", ROOT / "experiments" / "markov_robustness.py"
+)
+mr = importlib.util.module_from_spec(_spec)
+sys.modules["markov_robustness"] = mr  # dataclasses look their module up there
+_spec.loader.exec_module(mr)
+
+PI = np.array(mr.PI)
+
+
+@pytest.mark.parametrize("lam", [0.25, 0.5, 0.75])
+def test_other_chains_keep_pi_and_differ_from_default(lam):
+    default = MarkovChain.from_lambda(pi=PI, lam=lam).P
+    chains = mr.other_chains(PI, lam=lam)
+    assert len(chains) == 3
+    for name, P in chains.items():
+        assert np.all(P >= 0), name
+        np.testing.assert_allclose(P.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(PI @ P, PI, rtol=0, atol=1e-12)
+        assert np.abs(P - default).max() > 0.05, name
+        # the library's stationary distribution agrees, and the chain is accepted
+        np.testing.assert_allclose(MarkovChain(P).pi, PI, atol=1e-12)
+    mats = list(chains.values())
+    for i in range(3):
+        for j in range(i):
+            assert np.abs(mats[i] - mats[j]).max() > 0.01
+
+
+def test_metropolis_is_reversible_and_sinkhorn_is_not():
+    chains = mr.other_chains(PI)
+    for name in ("ring", "metropolis"):
+        F = PI[:, None] * chains[name]  # detailed balance: π_i P_ij = π_j P_ji
+        np.testing.assert_allclose(F, F.T, atol=1e-15)
+    F = PI[:, None] * chains["sinkhorn"]
+    assert np.abs(F - F.T).max() > 1e-3
+
+
+def test_sinkhorn_coupling_has_both_marginals():
+    F = mr.sinkhorn_coupling(PI, seed=3)
+    np.testing.assert_allclose(F.sum(axis=1), PI, atol=1e-14)
+    np.testing.assert_allclose(F.sum(axis=0), PI, atol=1e-14)
+
+
+def test_configurations_cover_the_brief():
+    cfg = mr.Config()
+    confs = mr.configurations(cfg)
+    assert len(confs) == 1 + 3 + 2 + 4
+    assert math.isclose(max(c["eps"] for c in confs.values()), 1 / math.sqrt(32))
+    assert confs["default"]["eps"] == 1e-3
+    np.testing.assert_allclose(
+        confs["lam_0.75"]["P"], MarkovChain.from_lambda(pi=PI, lam=0.75).P
+    )
+
+
+def test_summarize_mean_and_sample_sd():
+    s = mr.summarize([1.0, 2.0, None, 4.0, 5.0])
+    assert s["mean"] == pytest.approx(3.0)
+    assert s["sd"] == pytest.approx(np.sqrt(10 / 3))  # ddof = 1
+    assert (s["n"], s["total"]) == (4, 5)
+    one = mr.summarize([7.0])
+    assert one["mean"] == 7.0 and one["sd"] is None
+    assert mr.summarize([None, None])["mean"] is None
+    assert mr._fmt(s, 1) == "3.0 ± 1.8 (4/5)"
+
+
+def _row(order, plateau, escape):
+    row = {q: 1.0 for q in mr.QUANTITIES}
+    row.update(order=order, plateau=plateau, escape=escape, wall_s=0.1)
+    row["status"] = "success"
+    return row
+
+
+def test_summary_counts_k_of_5():
+    cfg = mr.Config()
+    conf = mr.configurations(cfg)["default"]
+    orders = [True, True, False, True, False]
+    plateaus = [44.0, 45.0, 3.0, 44.5, 43.0]
+    escapes = [12.0, 12.5, 13.0, 12.5, 12.0]
+    saved = {
+        "runs": {
+            f"default/seed{s}": {"spec": mr._spec(conf, s, cfg), **_row(o, p, e)}
+            for s, o, p, e in zip(cfg.seeds, orders, plateaus, escapes)
+        }
+    }
+    # a flow saved with another spec (e.g. another horizon) is not counted
+    saved["runs"]["chain_ring/seed0"] = {"spec": {"t1": 1.0}, **_row(True, 50, 1)}
+    summ = mr.summary(cfg, saved)
+    assert list(summ) == ["default"]
+    row = summ["default"]
+    assert row["order"] == [3, 5]
+    assert row["plateau_present"] == [4, 5]
+    assert row["escape"]["mean"] == pytest.approx(np.mean(escapes))
+    assert row["escape"]["sd"] == pytest.approx(np.std(escapes, ddof=1))
+    assert mr._verdict(row) == "order 3/5; plateau present 4/5"
+    assert "order 3/5" in mr.table(cfg, summ)
+
+
+def test_order_rule():
+    def stages(c, f, d, a):
+        out = [Stage("condensation", 0.0, c, 1), Stage("focus", f, f + 10, 1)]
+        out += [] if d is None else [Stage("dilution", d, d + 10, 1)]
+        return out + [Stage("asymmetry_lifting", a, a + 10, 1)]
+
+    assert mr.order_holds(stages(17, 62, 92, 124))
+    assert not mr.order_holds(stages(17, 62, None, 124))  # no dilution
+    assert not mr.order_holds(stages(17, 62, 130, 124))  # lifting before dilution
+    assert not mr.order_holds(stages(20, 10, 30, 40))  # focus before condensation ends
+
+
+def test_write_docs_appends_section_once(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("# title\n\ntext\n")
+    mr.write_docs(doc, "first\n")
+    mr.write_docs(doc, "second\n")
+    body = doc.read_text()
+    assert body.startswith("# title\n\ntext\n")
+    assert body.count("## Robustness (issue 13.5)") == 1
+    assert "second" in body and "first" not in body
+    assert body.rstrip().endswith(mr.END)
+
+
+@pytest.mark.slow
+def test_quick_run_writes_table_and_resumes(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("# doc\n")
+    argv = ["--quick", "--write-docs", "--only", "default", "eps_0.1"]
+    argv += ["--out", str(tmp_path), "--doc", str(doc), "--figures", str(tmp_path)]
+    mr.main(argv)
+    saved = mr.read_json(tmp_path / "results_quick.json")
+    assert set(saved["runs"]) == {"default/seed0", "eps_0.1/seed0"}
+    default = saved["runs"]["default/seed0"]
+    assert default["order"] and default["plateau"] > 30
+    assert 60 < default["focus_start"] < 64  # docs/markov_cycle.md: 62
+    body = doc.read_text()
+    assert "| default |" in body and "| ε = 0.1 |" in body
+    assert "order 1/1; plateau present" in body
+    assert (tmp_path / "markov_robustness_eps_quick.png").exists()
+    # a rerun reuses every saved flow: no new session is recorded
+    mr.main(argv)
+    assert len(mr.read_json(tmp_path / "results_quick.json")["sessions"]) == 1
