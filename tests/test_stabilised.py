@@ -353,6 +353,10 @@ def test_bad_settings_name_the_field():
         AutoSwitch(stiff_error_scale=0.0)
     with pytest.raises(ValueError, match="krylov_dim"):
         EXPRB32(krylov_dim=1)
+    with pytest.raises(ValueError, match="correction_dim"):
+        EXPRB32(correction_dim=7)
+    # f(U), f(y1) and 6 + 2 Jacobian-vector products at two evaluations each
+    assert EXPRB32().evals_per_step == 18
     with pytest.raises(ValueError, match="safety"):
         ROCK4(safety=0.5)
     with pytest.raises(ValueError, match="power_iters"):
