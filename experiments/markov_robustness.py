@@ -19,12 +19,15 @@ that πQ = 1ᵀF = π (``other_chains``):
 - ``sinkhorn``: F a random positive matrix scaled by Sinkhorn to marginals (π, π)
   (not reversible, dense; fixed seed).
 
-Measured per flow (population loss, float64, gflow's default solver, t1 = 600:
-cycle 1 ends by t ≈ 340 for the default): the cycle-1 stage times of
+Measured per flow (population loss, float64, ``StiffSwitch``, t1 = 3000, dt = 0.5
+between saved times): the cycle-1 stage times of
 ``gflow.detect_stages``, the escape time (loss halfway from L(0) to H(π)), the
 plateau length (time with ∣L − H(π)∣ < 1% of (log d − H(π)), the measure of claim g
 in docs/markov_cycle.md, where the plateau-free ablations give 0.5-2), the minimum
-π-weighted attention entropy over the run and whether the order C→F→D→A holds: all
+π-weighted attention entropy and the low-frequency queries' smallest mean attention
+on the top token (dilution's depth), both up to the end of cycle 1's asymmetry
+lifting, the smallest σ₂/σ₁ of W_E before that lifting starts (condensation to rank
+one) and whether the order C→F→D→A holds: all
 four stages found, condensation ends before focus starts, and the starts of focus,
 dilution and asymmetry lifting are in this order. Each configuration reports
 mean ± sample sd over the seeds and k/n seeds with the order; the plateau counts as
@@ -34,9 +37,17 @@ Command (from the repository root):
 
     PYTHONPATH=$PWD python experiments/markov_robustness.py [--quick] [--write-docs]
 
-Runtime: about 5-8 minutes on two shared cores (one compilation serves every flow;
-the chain and the initial model are data), 50 flows; ``--quick`` runs one seed per
-configuration (10 flows, about 1-2 minutes) into results_quick.json. Writes
+Runtime: about 2 minutes on two shared cores, 50 flows (one compilation, ~15 s,
+serves every flow: the chain and the initial model are data; a flow takes 1-3 s);
+``--quick`` runs one seed per configuration into results_quick.json.
+
+Why t1 = 3000: cycle 1 of the default ends by t ≈ 340, but for the weaker chains
+(the three others and λ = 0.25) σ₂(W_E) grows slowly and its growth ends at
+t ≈ 800-2300; the stage starts are the same at t1 = 1500, 3000 and 6000 (seed 0),
+and so are the ends except where a signal keeps falling slowly (the focus of the
+``sinkhorn`` chain: its end moves from 758 to 981 to 1070).
+
+Writes
 experiments/results/markov_robustness/results.json (one entry per flow, saved as each
 finishes and reused on a rerun, so an interrupted run loses at most one flow),
 table.md and markov_robustness_eps.png; with --write-docs the figure goes to
@@ -82,6 +93,8 @@ START, END = "<!-- robustness:start -->", "<!-- robustness:end -->"
 CMD = "PYTHONPATH=$PWD python experiments/markov_robustness.py --write-docs"
 PI = (0.75, 0.19, 0.05, 0.01)
 ORDER = ("condensation", "focus", "dilution", "asymmetry_lifting")
+#: bump when ``measure`` changes: saved flows with another version are run again
+MEASURE_VERSION = 2
 #: the per-flow numbers the table summarises, in column order
 QUANTITIES = (
     "escape",
@@ -94,7 +107,18 @@ QUANTITIES = (
     "asymmetry_lifting_start",
     "asymmetry_lifting_end",
     "min_entropy",
+    "rank_one",
+    "low_on_top",
 )
+#: the stage-time columns of the first table; the rest go to the second
+TIMES = QUANTITIES[2:9]
+FORMATS = {
+    "escape": ".1f",
+    "plateau": ".1f",
+    "min_entropy": ".3f",
+    "rank_one": ".4f",
+    "low_on_top": ".2f",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +130,8 @@ class Config:
     eps: tuple[float, ...] = (1e-3, 1e-2, 3e-2, 0.1, 1 / math.sqrt(32))
     lams: tuple[float, ...] = (0.25, 0.5, 0.75)
     chain_lam: float = 0.5
-    t1: float = 1500.0
-    num_saves: int = 3001
+    t1: float = 3000.0
+    num_saves: int = 6001
     rtol: float = 1e-6
     atol: float = 1e-8
     min_plateau: float = 10.0
@@ -201,12 +225,21 @@ def measure(traj, chain: MarkovChain) -> dict:
     entropy = np.asarray(traj.metrics["attention_entropy"], float)
     lift = _stage(stages, "asymmetry_lifting")
     t_cycle1 = t[-1] if lift is None else lift.t_end  # the entropy's cycle-1 minimum
+    t_lift = t[-1] if lift is None else lift.t_start
+    sv = np.asarray(traj.metrics["sv_W_E"], float)  # [n, k]
+    top = int(np.argmax(chain.pi))
+    low = np.arange(chain.d) != top
+    on_top = np.asarray(traj.metrics["attention_on_top"], float)[:, low].mean(axis=1)
     res = {
         "status": traj.status,
         "loss0": float(loss[0]),
         "escape": float(t[np.argmax(below)]) if below.any() else None,
         "plateau": float(np.sum(near) * (t[1] - t[0])),
         "min_entropy": float(np.min(entropy[t <= t_cycle1])),
+        # condensation to rank one: the smallest σ₂/σ₁ of W_E before the lifting
+        "rank_one": float(np.min(sv[t <= t_lift, 1] / sv[t <= t_lift, 0])),
+        # dilution's depth: the low-frequency queries' mean attention on the top token
+        "low_on_top": float(np.min(on_top[t <= t_cycle1])),
         "final_loss": float(loss[-1]),
         "order": order_holds(stages),
         "stages": [s.to_dict() for s in stages],
@@ -248,6 +281,7 @@ def run_one(P, eps: float, seed: int, cfg: Config) -> dict:
 def _spec(conf: dict, seed: int, cfg: Config) -> dict:
     """What a saved result depends on: a changed spec is measured again."""
     return {
+        "measure_version": MEASURE_VERSION,
         "P": conf["P"],
         "eps": conf["eps"],
         "seed": seed,
@@ -267,6 +301,7 @@ def run(
     runs = saved.setdefault("runs", {})
     sessions = saved.setdefault("sessions", [])
     session = {"uptime_at_start": _uptime(), "argv": list(argv), "flows": 0}
+    index = len(sessions)  # appended with its first flow
     for name, conf in configurations(cfg).items():
         if only and name not in only:
             continue
@@ -275,7 +310,7 @@ def run(
             if key in runs and runs[key]["spec"] == spec:
                 continue
             res = run_one(conf["P"], conf["eps"], seed, cfg)
-            runs[key] = {"spec": spec, **res}
+            runs[key] = {"spec": spec, "session": index, **res}
             if session["flows"] == 0:
                 sessions.append(session)
             session["flows"] += 1
@@ -343,12 +378,12 @@ def summary(cfg: Config, saved: dict) -> dict:
     return out
 
 
-def _fmt(s: dict, digits: int = 0) -> str:
+def _fmt(s: dict, spec: str = ".0f") -> str:
     if s["mean"] is None:
         return "–"
-    text = f"{s['mean']:.{digits}f}"
+    text = f"{s['mean']:{spec}}"
     if s["sd"] is not None:
-        text += f" ± {s['sd']:.{digits}f}"
+        text += f" ± {s['sd']:{spec}}"
     if s["n"] < s["total"]:
         text += f" ({s['n']}/{s['total']})"
     return text
@@ -361,24 +396,30 @@ def _verdict(row: dict) -> str:
     return f"order {k}/{n}; plateau {plateau}"
 
 
+def _cells(row: dict, quantities) -> str:
+    return " | ".join(_fmt(row[q], FORMATS.get(q, ".0f")) for q in quantities)
+
+
 def table(cfg: Config, summ: dict) -> str:
-    """The markdown table: one row per configuration."""
-    head = (
-        "| configuration | escape | plateau | C end | F start | F end | D start | "
-        "D end | A start | A end | min entropy | verdict |"
-    )
-    lines = [head, "|" + "---|" * 12]
+    """Two markdown tables, one row per configuration: the cycle-1 stage times, then
+    the plateau, the structure and the verdict."""
+    lines = [
+        "| configuration | C end | F start | F end | D start | D end | A start | "
+        "A end | order |",
+        "|" + "---|" * 9,
+    ]
     for row in summ.values():
-        cells = [
-            _fmt(
-                row[q],
-                3 if q == "min_entropy" else 1 if q in ("escape", "plateau") else 0,
-            )
-            for q in QUANTITIES
-        ]
-        lines.append(
-            f"| {row['label']} | " + " | ".join(cells) + f" | {_verdict(row)} |"
-        )
+        k, n = row["order"]
+        lines.append(f"| {row['label']} | {_cells(row, TIMES)} | {k}/{n} |")
+    lines += [
+        "",
+        "| configuration | escape | plateau | min entropy | min σ₂/σ₁(W_E) before A "
+        "| low queries on top, min | verdict |",
+        "|" + "---|" * 7,
+    ]
+    rest = ("escape", "plateau", "min_entropy", "rank_one", "low_on_top")
+    for row in summ.values():
+        lines.append(f"| {row['label']} | {_cells(row, rest)} | {_verdict(row)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -427,11 +468,17 @@ def _uptime() -> str:
         return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def doc_text(cfg: Config, saved: dict, summ: dict, command: str) -> str:
+def doc_text(
+    cfg: Config, saved: dict, summ: dict, command: str, figure: str | None = None
+) -> str:
     """The block of docs/markov_cycle.md."""
-    walls = [saved["runs"][k]["wall_s"] for k in _keys(cfg, saved)]
+    keys = _keys(cfg, saved)
+    walls = [saved["runs"][k]["wall_s"] for k in keys]
+    used = [saved["runs"][k].get("session") for k in keys]
     loads = "; ".join(
-        f"`{s['uptime_at_start']}` ({s['flows']} flows)" for s in saved["sessions"]
+        f"`{s['uptime_at_start']}` ({used.count(i)} flows)"
+        for i, s in enumerate(saved["sessions"])
+        if i in used
     )
     pis = ", ".join(f"{p:g}" for p in PI)
     chains = other_chains(PI, lam=cfg.chain_lam, seed=cfg.sinkhorn_seed)
@@ -441,7 +488,8 @@ def doc_text(cfg: Config, saved: dict, summ: dict, command: str) -> str:
         for k, P in chains.items()
     )
     return (
-        f"`{command}` ({len(cfg.seeds)} seed(s) per configuration: "
+        f"`{command}` ({len(cfg.seeds)} seed{'s' * (len(cfg.seeds) > 1)} per "
+        "configuration: "
         f"{', '.join(map(str, cfg.seeds))}; population loss, float64, StiffSwitch, "
         f"t1 = {cfg.t1:g}, {cfg.num_saves} saved times; {len(walls)} flows, "
         f"{sum(walls):.0f} s of integration with compilation; `uptime` at the start "
@@ -458,7 +506,10 @@ def doc_text(cfg: Config, saved: dict, summ: dict, command: str) -> str:
         "in this order.\n\n"
         + table(cfg, summ)
         + f"\nThe other chains (P = {cfg.chain_lam:g}·Q + {1 - cfg.chain_lam:g}·1πᵀ, "
-        "πP = π to 1e-12: tests/test_markov_robustness.py):\n\n" + mats + "\n"
+        "πP = π to 1e-12: tests/test_markov_robustness.py):\n\n"
+        + mats
+        + "\n"
+        + (f"\n![markov_robustness_eps]({figure})\n" if figure else "")
     )
 
 
@@ -491,13 +542,17 @@ def main(argv=None) -> None:
     text = table(cfg, summ)
     (args.out / f"table{suffix}.md").write_text(text)
     print(text)
+    figure = None
     if "default" in summ and any(k.startswith("eps_") for k in summ):
-        fig_dir = args.figures if args.write_docs else args.out
+        # the quick run's figure stays with its results, the full one goes to docs/
+        in_docs = args.write_docs and not args.quick
+        fig_dir = args.figures if in_docs else args.out
         plot(cfg, summ, fig_dir / f"markov_robustness_eps{suffix}.png")
+        if in_docs:
+            figure = f"figures/markov_robustness_eps{suffix}.png"
     if args.write_docs:
-        write_docs(
-            args.doc, doc_text(cfg, saved, summ, CMD + (" --quick" * args.quick))
-        )
+        command = CMD + (" --quick" * args.quick)
+        write_docs(args.doc, doc_text(cfg, saved, summ, command, figure))
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def test_summarize_mean_and_sample_sd():
     one = mr.summarize([7.0])
     assert one["mean"] == 7.0 and one["sd"] is None
     assert mr.summarize([None, None])["mean"] is None
-    assert mr._fmt(s, 1) == "3.0 ± 1.8 (4/5)"
+    assert mr._fmt(s, ".1f") == "3.0 ± 1.8 (4/5)"
 
 
 def _row(order, plateau, escape):
@@ -151,6 +151,7 @@ def test_quick_run_writes_table_and_resumes(tmp_path):
     assert "| default |" in body and "| ε = 0.1 |" in body
     assert "order 1/1; plateau present" in body
     assert (tmp_path / "markov_robustness_eps_quick.png").exists()
+    assert "figures/" not in body  # the quick figure is not the doc's
     # a rerun reuses every saved flow: no new session is recorded
     mr.main(argv)
     assert len(mr.read_json(tmp_path / "results_quick.json")["sessions"]) == 1
