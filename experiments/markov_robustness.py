@@ -27,7 +27,8 @@ in docs/markov_cycle.md, where the plateau-free ablations give 0.5-2), the minim
 π-weighted attention entropy and the low-frequency queries' smallest mean attention
 on the top token (dilution's depth), both up to the end of cycle 1's asymmetry
 lifting, the smallest σ₂/σ₁ of W_E before that lifting starts (condensation to rank
-one) and whether the order C→F→D→A holds: all
+one), every query's attention on the top token at the end of that lifting, and
+whether the order C→F→D→A holds: all
 four stages found, condensation ends before focus starts, and the starts of focus,
 dilution and asymmetry lifting are in this order. Each configuration reports
 mean ± sample sd over the seeds and k/n seeds with the order; the plateau counts as
@@ -94,7 +95,7 @@ CMD = "PYTHONPATH=$PWD python experiments/markov_robustness.py --write-docs"
 PI = (0.75, 0.19, 0.05, 0.01)
 ORDER = ("condensation", "focus", "dilution", "asymmetry_lifting")
 #: bump when ``measure`` changes: saved flows with another version are run again
-MEASURE_VERSION = 2
+MEASURE_VERSION = 3
 #: the per-flow numbers the table summarises, in column order
 QUANTITIES = (
     "escape",
@@ -240,6 +241,10 @@ def measure(traj, chain: MarkovChain) -> dict:
         "rank_one": float(np.min(sv[t <= t_lift, 1] / sv[t <= t_lift, 0])),
         # dilution's depth: the low-frequency queries' mean attention on the top token
         "low_on_top": float(np.min(on_top[t <= t_cycle1])),
+        # every query's attention on the top token at the end of cycle 1 [d]
+        "on_top_end": np.asarray(traj.metrics["attention_on_top"], float)[
+            int(np.argmin(np.abs(t - t_cycle1)))
+        ].tolist(),
         "final_loss": float(loss[-1]),
         "order": order_holds(stages),
         "stages": [s.to_dict() for s in stages],
@@ -367,8 +372,10 @@ def summary(cfg: Config, saved: dict) -> dict:
         s = {q: summarize([r[q] for r in rows]) for q in QUANTITIES}
         k, n = count(r["order"] for r in rows)
         kp, _ = count(r["plateau"] >= cfg.min_plateau for r in rows)
+        ends = np.array([r["on_top_end"] for r in rows])  # [seeds, d]
         out[name] = {
             "label": conf["label"],
+            "on_top_end": [summarize(list(col)) for col in ends.T],
             "eps": conf["eps"],
             **s,
             "order": [k, n],
@@ -420,6 +427,15 @@ def table(cfg: Config, summ: dict) -> str:
     rest = ("escape", "plateau", "min_entropy", "rank_one", "low_on_top")
     for row in summ.values():
         lines.append(f"| {row['label']} | {_cells(row, rest)} | {_verdict(row)} |")
+    d = len(next(iter(summ.values()))["on_top_end"])
+    lines += [
+        "",
+        "| configuration | " + " | ".join(f"query {i}" for i in range(d)) + " |",
+        "|" + "---|" * (d + 1),
+    ]
+    for row in summ.values():
+        cells = " | ".join(_fmt(x, ".2f") for x in row["on_top_end"])
+        lines.append(f"| {row['label']} | {cells} |")
     return "\n".join(lines) + "\n"
 
 
@@ -503,7 +519,8 @@ def doc_text(
         "smallest π-weighted attention entropy (nats) up to the end of cycle 1's "
         "asymmetry lifting (up to t1 when none is found); order k/n = seeds in "
         "which all four stages are found, C ends before F starts and F, D, A start "
-        "in this order.\n\n"
+        "in this order. Third table: each query's attention on token 0 at the end "
+        "of cycle 1's asymmetry lifting (at t1 when none is found).\n\n"
         + table(cfg, summ)
         + f"\nThe other chains (P = {cfg.chain_lam:g}·Q + {1 - cfg.chain_lam:g}·1πᵀ, "
         "πP = π to 1e-12: tests/test_markov_robustness.py):\n\n"

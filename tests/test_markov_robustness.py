@@ -82,6 +82,7 @@ def test_summarize_mean_and_sample_sd():
 def _row(order, plateau, escape):
     row = {q: 1.0 for q in mr.QUANTITIES}
     row.update(order=order, plateau=plateau, escape=escape, wall_s=0.1)
+    row["on_top_end"] = [1.0, 0.5, 0.25, 0.0]
     row["status"] = "success"
     return row
 
@@ -108,6 +109,7 @@ def test_summary_counts_k_of_5():
     assert row["escape"]["mean"] == pytest.approx(np.mean(escapes))
     assert row["escape"]["sd"] == pytest.approx(np.std(escapes, ddof=1))
     assert mr._verdict(row) == "order 3/5; plateau present 4/5"
+    assert [q["mean"] for q in row["on_top_end"]] == [1.0, 0.5, 0.25, 0.0]
     assert "order 3/5" in mr.table(cfg, summ)
 
 
