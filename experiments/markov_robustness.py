@@ -40,7 +40,8 @@ Command (from the repository root):
 
 Runtime: about 2 minutes on two shared cores, 50 flows (one compilation, ~15 s,
 serves every flow: the chain and the initial model are data; a flow takes 1-3 s);
-``--quick`` runs one seed per configuration into results_quick.json.
+``--quick`` runs one seed per configuration into results_quick.json (a smoke run:
+with --write-docs it would put its one-seed table into the document).
 
 Why t1 = 3000: cycle 1 of the default ends by t ≈ 340, but for the weaker chains
 (the three others and λ = 0.25) σ₂(W_E) grows slowly and its growth ends at
@@ -73,11 +74,6 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # benchmarks/ is a sibling package, not installed
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.quiet import replace_block  # noqa: E402
 from gflow.analysis.stage_observables import StageObservables  # noqa: E402
 from gflow.analysis.stages import detect_stages  # noqa: E402
 from gflow.dynamics.flow import solve_flow  # noqa: E402
@@ -87,6 +83,7 @@ from gflow.problems.markov import MarkovChain  # noqa: E402
 from gflow.problems.model import AttentionModel  # noqa: E402
 from gflow.runs.files import read_json, write_json  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "markov_robustness"
 DOC = ROOT / "docs" / "markov_cycle.md"
 FIGS = ROOT / "docs" / "figures"
@@ -533,6 +530,8 @@ def doc_text(
 def write_docs(doc: Path, text: str) -> None:
     """Put ``text`` in the robustness block of ``doc``, appending the section (heading
     and markers) at the end of the document the first time."""
+    from benchmarks.quiet import replace_block
+
     if START not in doc.read_text():
         body = doc.read_text().rstrip("\n")
         doc.write_text(f"{body}\n\n## Robustness (issue 13.5)\n\n{START}\n{END}\n")
