@@ -186,45 +186,37 @@ class AutoSwitch(diffrax.AbstractSolver):
         return terms.vf(t0, y0, args)
 
 
-_TSIT5 = diffrax.Tsit5().tableau
+_TSIT5_SOLVER = diffrax.Tsit5()
+_TSIT5 = _TSIT5_SOLVER.tableau
 
 
 def tsit5_step(terms, t0, h, y0, f0, args):
-    """One Tsit5 step (Tsitouras 2011, Diffrax's tableau) with Hairer's stiffness
-    estimate; returns (y1, f(y1), error estimate, h ρ, stages h·kᵢ stacked).
+    """One step of Diffrax's Tsit5 (Tsitouras 2011) with Hairer's stiffness estimate;
+    returns (y1, f(y1), error estimate, h ρ, stages h·kᵢ stacked).
 
     Tsit5's sixth and seventh stages are both at t0 + h (c₆ = c₇ = 1) and the seventh
     is at the solution (first same as last), so their difference measures the
-    Jacobian for free: h ρ ≈ h ‖k₇ − k₆‖ / ‖y₇ − y₆‖, counted only when the
-    difference decays ((k₇ − k₆)·(y₇ − y₆) < 0; a growing mode is no stiffness).
+    Jacobian for free: h ρ ≈ ‖h k₇ − h k₆‖ / ‖y₇ − y₆‖, counted only when the
+    difference decays ((k₇ − k₆)·(y₇ − y₆) < 0; a growing mode is no stiffness). The
+    sixth stage's point y₆ = y₀ + Σⱼ a₆ⱼ h kⱼ is rebuilt from the stages.
     """
+    y1, y_error, dense, (_, f1), _ = _TSIT5_SOLVER.step(
+        terms, t0, t0 + h, y0, args, (False, f0), False
+    )
+    ks = dense["k"]  # [7, *leaf] per leaf: h kᵢ
     dtype = jax.tree.leaves(y0)[0].dtype
-    A = np.zeros((6, 7))  # row i: the coefficients of stage i + 2 on k₁…k₇
-    for i, row in enumerate(_TSIT5.a_lower):
-        A[i, : len(row)] = row
-    A, c = jnp.asarray(A, dtype), jnp.asarray(_TSIT5.c, dtype)
-    # the stages run in a loop so that the vector field is traced (compiled) once
-    K = jax.tree.map(lambda f: jnp.zeros((7, *f.shape), f.dtype).at[0].set(f), f0)
-
-    def stage(i, carry):
-        K, _, y_before = carry  # keeps the last two stage values: y₆ and y₇ = y₁
-        yi = jax.tree.map(lambda x, k: x + h * jnp.tensordot(A[i], k, axes=1), y0, K)
-        fi = terms.vf(t0 + c[i] * h, yi, args)
-        K = jax.tree.map(lambda k, f: k.at[i + 1].set(f), K, fi)
-        return K, y_before, yi
-
-    K, y6, y1 = jax.lax.fori_loop(0, 6, stage, (K, y0, y0))
-    f1 = jax.tree.map(lambda k: k[6], K)
-    b_error = jnp.asarray(_TSIT5.b_error, dtype)
-    y_error = jax.tree.map(lambda k: h * jnp.tensordot(b_error, k, axes=1), K)
-    dy = jax.tree.map(jnp.subtract, y1, y6)
-    dk = jax.tree.map(lambda k: k[6] - k[5], K)
+    a6 = np.zeros(7)
+    a6[: len(_TSIT5.a_lower[4])] = _TSIT5.a_lower[4]
+    a6 = jnp.asarray(a6, dtype)
+    dy = jax.tree.map(
+        lambda x1, x, k: x1 - x - jnp.tensordot(a6, k, axes=1), y1, y0, ks
+    )
+    dk = jax.tree.map(lambda k: k[6] - k[5], ks)  # h (k₇ − k₆)
     ndy = tree_norm(dy)
     # only a decaying direction (dk·dy < 0) is stiffness; growth is accuracy-limited
     dot = sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(dk), jax.tree.leaves(dy)))
     ok = (ndy > 0) & (dot < 0)
-    h_rho = jnp.where(ok, h * tree_norm(dk) / jnp.where(ok, ndy, 1.0), 0.0)
-    ks = jax.tree.map(lambda k: h * k, K)  # Diffrax's dense stages
+    h_rho = jnp.where(ok, tree_norm(dk) / jnp.where(ok, ndy, 1.0), 0.0)
     return y1, f1, y_error, h_rho, ks
 
 
