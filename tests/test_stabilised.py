@@ -344,6 +344,26 @@ def test_autoswitch_stays_explicit_while_not_stiff():
     )
 
 
+def test_autoswitch_in_float32_without_x64():
+    """Regression: with x64 off, φₖ's Taylor coefficient 1/13! overflowed int32 while
+    tracing. AutoSwitch then still switches and meets the closed form in float32."""
+    jax.config.update("jax_enable_x64", False)  # conftest restores float64 after
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(_relax),
+        AutoSwitch(),
+        0.0,
+        5.0,
+        None,
+        -jnp.ones(40, jnp.float32),
+        saveat=diffrax.SaveAt(t1=True, solver_state=True),
+        stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-6),
+        max_steps=100_000,
+    )
+    assert sol.ys.dtype == jnp.float32
+    assert np.abs(np.asarray(sol.ys[-1]) - _relax_exact(5.0)).max() < 1e-3
+    assert int(sol.solver_state.num_switches) >= 1
+
+
 def test_bad_settings_name_the_field():
     with pytest.raises(ValueError, match="switch_on"):
         AutoSwitch(switch_on=0.0)

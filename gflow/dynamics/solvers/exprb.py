@@ -59,7 +59,8 @@ def phi(k: int, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
     φₖ(x) = (φₖ₋₁(x) − 1/(k−1)!)/x elsewhere (k = 0…3)."""
     small = jnp.abs(x) < 0.5
     xs = jnp.where(small, x, 0.0)
-    series = sum(xs**j / math.factorial(j + k) for j in range(16))
+    # float coefficients: 1/13! as an integer overflows int32 when x64 is off
+    series = sum(xs**j * (1.0 / math.factorial(j + k)) for j in range(16))
     xl = jnp.where(small, 1.0, x)
     out = jnp.exp(xl) if k == 0 else jnp.expm1(xl) / xl
     for j in range(2, k + 1):
