@@ -205,7 +205,7 @@ def verdict_plateau(losses, h, log_d, *, tight=0.01, loose=0.05):
     every ε and seed → reproduced; within ``loose`` (5%) → partly; else not."""
     err = max(abs(x - h) / (log_d - h) for x in losses)
     why = (
-        f"worst |L − H(π)| = {err:.2%} of log d − H(π) (≤ {tight:.0%}: reproduced, "
+        f"worst ∣L − H(π)∣ = {err:.2%} of log d − H(π) (≤ {tight:.0%}: reproduced, "
         f"≤ {loose:.0%}: partly)"
     )
     return _grade(err, tight, loose), why
@@ -633,7 +633,11 @@ def table(res: dict, sad: dict | None = None) -> str:
         )
         ks = [s["a"][f"slope_{key}"] for s in seeds]
         r2s = [s["a"][f"r2_{key}"] for s in seeds]
-        spread = f"{sn}: slope {fmt_ms(ks, '.2f')}"
+        at = "; ".join(
+            f"{r['eps']:g}: {fmt_ms([x['a']['rows'][i][key] for x in seeds], '.1f')}"
+            for i, r in enumerate(a["rows"])
+        )
+        spread = f"{sn}: onsets {at}; slope {fmt_ms(ks, '.2f')}"
         if key == "focus":
             pred = a["inv_sigma0"] + 1 / c_rate
             claim = (

@@ -123,3 +123,19 @@ def test_superseded_cells_quote_markov_saddle(mc):
     assert cell.startswith("superseded: see markov_saddle.md §2")
     assert "slope 1.012" in cell and "0.0671·δ^1.01" in cell
     assert mc.superseded_cell("e", {}).startswith("superseded")
+
+
+def test_no_verdict_text_breaks_a_markdown_table(mc):
+    h, log_d = 0.7271, math.log(4)
+    texts = [
+        mc.verdict_slope([2.17], 2.176, r2s=[1.0])[1],
+        mc.verdict_linear([1.0, None])[1],
+        mc.verdict_plateau([h], h, log_d)[1],
+        mc.verdict_alignment([0.97])[1],
+        mc.verdict_no_focus(0.0, False)[1],
+        mc.verdict_every([[True]], "x")[1],
+        mc.verdict_cycle2([["focus"]], [2.0])[1],
+        mc.verdict_plateau_time(2.0, expect_plateau=False)[1],
+        mc.superseded_cell("3", {}),
+    ]
+    assert not any("|" in x for x in texts)
