@@ -669,6 +669,7 @@ def long_runs(cfg: Config, pts) -> list[dict]:
         row["critical_loss"] = loss_at[delta]
         row["t"] = traj.t[::10].tolist()
         row["sv2"] = sv[::10, 1].tolist()
+        row["loss"] = traj.metrics["loss"][::10].tolist()
         out.append(row)
         print(
             f"δ = {delta:g}: t1 {t1:.0f}, {row['steps']} steps, {row['wall_s']:.0f} s"
@@ -866,7 +867,7 @@ def manifold_rows(r: dict) -> list[tuple[str, str, str, str]]:
 def plot_asymmetry(r: dict, fig_dir: Path) -> None:
     from gflow.plotting.figure import plt, save_figure
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     ax = axes[0]
     pts = [p for p in r["points"] if p["delta"] > 0]
     d = np.array([p["delta"] for p in pts])
@@ -883,6 +884,13 @@ def plot_asymmetry(r: dict, fig_dir: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("t")
     ax.set_title("σ₂(W_E), full flows from ε = 1e-3")
+    ax.legend(fontsize=8)
+    ax = axes[2]  # the symmetric-stall loss curve: L − L(stall point) over t
+    for x in r["long"]:
+        gap = np.asarray(x["loss"]) - x["critical_loss"]
+        ax.loglog(x["t"][1:], np.abs(gap[1:]) + 1e-16, label=f"δ = {x['delta']:g}")
+    ax.set_xlabel("t")
+    ax.set_title("∣L − L(rank-one stall point)∣: δ = 0 stays")
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, fig_dir / "markov_saddle_asymmetry.png")
