@@ -11,7 +11,9 @@ checks that the default costs about what Tsit5 does there. Writes results/stiff.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import diffrax
 import numpy as np
@@ -20,6 +22,9 @@ from gflow import solve_flow
 from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 
 from .common import RESULTS, default_problem, flat, rel_error, save, solve_to, timed
+from .quiet import replace_block
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def reference(loss, model, t1: float) -> np.ndarray:
@@ -105,3 +110,41 @@ def run(
     }
     save("stiff", record)
     return record
+
+
+START, END = "<!-- default_solver:start -->", "<!-- default_solver:end -->"
+
+
+def block(record: dict) -> str:
+    """The markdown rows of a stiff record, each with its own load average."""
+    m = record["machine"]
+    lines = [
+        f"Measured {m['date']} on {m['cpus']} CPUs ({m['processor']}), jax {m['jax']}, "
+        f"by `PYTHONPATH=$PWD python -m benchmarks --only stiff --no-table` and then "
+        f'`python -c "from benchmarks.stiff import write_block; write_block()"`. '
+        f"Default Markov flow, float64, rtol {record['rtol']:g}; error = relative "
+        f"distance of the final parameters to a float64 Dopri8 reference at rtol "
+        f"1e-11; warm wall time (compiled before timing, min of repeats).",
+        "",
+        "| t1 | solver | gradient evals | × fewer than Tsit5 | error | warm wall | "
+        "× faster than Tsit5 | compile | load (1 min) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    sets = [(record["t1"], record["solvers"])]
+    if "short" in record:
+        sets.append((record["short"]["t1"], record["short"]["solvers"]))
+    for t1, rows in sets:
+        for name, r in rows.items():
+            lines.append(
+                f"| {t1:g} | {name} | {r['grad_evals']:,} | "
+                f"{r['grad_eval_ratio_vs_tsit5']:.2f} | {r['rel_error_final']:.1e} | "
+                f"{r['wall_s']:.3g} s | {r['speedup_vs_tsit5']:.2f} | "
+                f"{r['compile_s']:.1f} s | {r['load_average']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def write_block(doc: Path = ROOT / "BENCHMARKS.md") -> None:
+    """Rewrite BENCHMARKS.md's default-solver block from results/stiff.json."""
+    record = json.loads((RESULTS / "stiff.json").read_text())
+    replace_block(doc, START, END, block(record) + "\n")
