@@ -495,7 +495,7 @@ def superseded_cell(kind: str, sad: dict) -> str:
     """The verdict cell of a row superseded by markov_saddle.md (kind: "3" or "e")."""
     if not sad:
         return "superseded by markov_saddle.md (its results are missing here)"
-    src = Path(sad["source"]).name
+    src = sad["source"]
     if kind == "3":
         r = sad.get("plateau")
         if r is None:
