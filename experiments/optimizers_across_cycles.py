@@ -38,7 +38,12 @@ import shutil
 import time
 from pathlib import Path
 
-import jax
+# XLA:CPU's multithreaded Eigen pool wedged twice in this script's vmapped metric
+# evaluations (all threads idle on a futex inside the compiled call; a known hang,
+# PyAutoLabs/PyAutoFit#1528: single-threaded Eigen avoids it). Before jax starts.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
