@@ -197,3 +197,17 @@ def test_sweep_config_takes_the_central_reference_for_gd_only():
     SweepConfig(reference="central")
     with pytest.raises(ValueError, match="use sgd"):
         SweepConfig(optimizer="adam", reference="central")
+
+
+@pytest.mark.slow
+def test_sweep_cli_gives_distances_to_both_flows(tmp_path):
+    from gflow.cli.main import main
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--lrs", "1,0.5", "--t1", "4", "--num-saves", "5"]
+    assert main([*argv, "--reference", "central", "--out", str(out)]) == 0
+    members = json.loads((out / "sweep.json").read_text())["members"]
+    for rec in members:
+        # below the edge the central flow is the gradient flow
+        assert rec["final_error"] == pytest.approx(rec["flow_final_error"], rel=1e-3)
+        assert rec["flow_error"] >= rec["flow_final_error"] > 0

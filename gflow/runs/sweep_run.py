@@ -229,7 +229,9 @@ def _add_flow_distances(result, run, loss, model, threshold) -> None:
     compared = sorted(result["comparisons"])
     if not compared:
         return
-    flows = FlowReference().solve(loss, model, [run.t[m] for m in compared], None)
+    flows = FlowReference().solve(
+        loss, model, [run.t[m] for m in compared], run.lrs[compared]
+    )
     for m, flow in zip(compared, flows):
         cmp = compare(run.member(m), flow, threshold=threshold)
         rec = result["members"][m]
