@@ -111,6 +111,21 @@ def test_dense_and_gathered_forms_agree(key, all_positions, residual):
         np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("all_positions", [False, True])
+def test_dense_form_of_an_unfactorised_model_with_tau(key, all_positions):
+    """The type-count form also holds for a stored W_A and τ ≠ 1 (vocabulary 5, so a
+    short context misses some types: their counts are 0)."""
+    m = AttentionModel.init(
+        d_vocab=5, d_model=7, init_scale=0.8, key=key, tau=0.7, factorised=False
+    )
+    tokens = jax.random.randint(jax.random.key(6), (12, 4), 0, 5)
+    a, ga = seq_value_and_grad(m, tokens, all_positions=all_positions, dense=True)
+    b, gb = seq_value_and_grad(m, tokens, all_positions=all_positions, dense=False)
+    assert float(a) == pytest.approx(float(b), rel=1e-12)
+    for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb)):
+        np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)
+
+
 def test_last_position_gathered_form_is_the_model_call(key):
     m = AttentionModel.init(d_vocab=4, d_model=6, init_scale=0.7, key=key)
     tokens = jnp.array([[0, 1, 2, 3, 1], [3, 3, 0, 1, 2]])

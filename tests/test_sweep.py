@@ -9,7 +9,13 @@ import numpy as np
 import optax
 import pytest
 
-from gflow import AttentionModel, MarkovChain, PopulationLoss, run_optimizer
+from gflow import (
+    AttentionModel,
+    MarkovChain,
+    PopulationLoss,
+    SequenceLoss,
+    run_optimizer,
+)
 from gflow.analysis.compare import fit_order
 from gflow.analysis.hessian import max_eigenvalue
 from gflow.dynamics.sweep import run_sweep, save_steps
@@ -64,6 +70,34 @@ def test_members_match_single_runs(setup):
             run.member(m).final.W_E, single.final.W_E, rtol=1e-10
         )
         assert run.status(m) == "success"
+
+
+@pytest.mark.parametrize("all_positions", [False, True])
+def test_sequence_loss_members_match_single_runs(all_positions):
+    """The vmapped sweep on a sampled sequence loss (the d×d form, batched over the
+    members) takes the same steps as one run per step size."""
+    chain = MarkovChain.default()
+    model = AttentionModel.init(
+        d_vocab=4, d_model=8, init_scale=0.5, key=jax.random.key(3)
+    )
+    tokens = chain.sample(key=jax.random.key(4), batch=16, length=9)
+    loss = SequenceLoss(tokens, all_positions=all_positions)
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+    lrs = [0.5, 0.25, 0.125]  # 4, 8 and 16 steps: the middle save is a step
+    run = run_sweep(loss, model, opt, lrs, t1=2.0, num_saves=3)
+    for m, lr in enumerate(lrs):
+        steps = int(run.steps[m, -1])
+        single = run_optimizer(
+            loss, model, optax.sgd(lr), learning_rate=lr, steps=steps,
+            save_every=steps // 2,
+        )  # fmt: skip
+        np.testing.assert_allclose(run.loss[m], single.metrics["loss"], rtol=1e-12)
+        assert run.loss[m, -1] < run.loss[m, 0] - 1e-3  # the members moved
+        for a, b in zip(
+            jax.tree.leaves(eqx.filter(run.member(m).final, eqx.is_array)),
+            jax.tree.leaves(eqx.filter(single.final, eqx.is_array)),
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
 
 
 def test_new_step_sizes_do_not_recompile(setup):

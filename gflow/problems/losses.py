@@ -1,7 +1,10 @@
 """Losses of the attention model: the exact population loss and sampled sequence losses.
 
 Both use the d×d forms M = W_E W_P and Φ = W_E W_A W_Eᵀ where they are cheaper than
-gathering m-dimensional embeddings at every position (MODEL.md §2).
+gathering m-dimensional embeddings at every position (MODEL.md §2). A sampled sequence
+then enters only through its token-type counts: positions of the same type share a
+score, so attention over s positions is attention over d types weighted by counts,
+exactly as the population loss weights them by π.
 """
 
 from __future__ import annotations
@@ -43,27 +46,64 @@ def population_loss(model: AttentionModel, chain: MarkovChain) -> Float[Array, "
     return -jnp.sum(pi[:, None] * P * logp)
 
 
+def _type_forms(
+    model: AttentionModel,
+) -> tuple[Float[Array, "d d"], Float[Array, "d d"]]:
+    """(Φ, M): Φ = (W_E W_Q)(W_E W_K)ᵀ, d·m² work instead of m³ for W_Q W_Kᵀ first."""
+    if model.W_K is None:
+        return model.Phi, model.M
+    return (model.W_E @ model.W_Q) @ (model.W_E @ model.W_K).T, model.M
+
+
 def _use_dense(model: AttentionModel, dense: bool | None) -> bool:
-    # The d×d form costs d² per sequence (last position) or s·s·d (all positions)
+    # The d×d form costs s·d per sequence to count token types (no parameters
+    # involved) and d² (last position) or s·d² (all positions) for the logits,
     # against m² + s·m and s·s·m for the gathered form: it wins while d ≤ m.
     return model.d_vocab <= model.d_model if dense is None else dense
 
 
-def _last_logits_dense(model, Phi, M, context):
-    scores = model.tau * Phi[context[-1], context]  # [s]
-    attn = jax.nn.softmax(scores)
-    weight = jnp.zeros(model.d_vocab, attn.dtype).at[context].add(attn)  # [d]
-    out = weight @ M
-    return out + M[context[-1]] if model.residual else out
+def _log_counts(counts):
+    # log n with log 0 = −inf: a type absent from the context gets no attention
+    return jnp.where(counts > 0, jnp.log(jnp.where(counts > 0, counts, 1.0)), -jnp.inf)
 
 
-def _causal_logits_dense(model, Phi, M, context):
-    s = context.shape[0]
-    scores = model.tau * Phi[context][:, context]  # [s, s]
-    mask = jnp.tril(jnp.ones((s, s), dtype=bool))
-    attn = jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
-    out = attn @ M[context]  # [s, d]
-    return out + M[context] if model.residual else out
+def _type_major(tokens, d, dtype):
+    # one-hot with the type axis first, [d, ...]: the reductions over the d types then
+    # run across contiguous sequences instead of along a short last axis
+    return jax.nn.one_hot(tokens, d, dtype=dtype, axis=0)
+
+
+def _dense_loss(model, Phi, M, query, counts, target):
+    """Mean cross-entropy from the d×d forms, by token type; all arrays [d, n].
+
+    All positions that hold type k share the score τΦ_{qk} of a query q, so the
+    softmax over positions is a softmax over the d types weighted by n_k, the count of
+    type k among the positions attended to: a_k = n_k exp(τΦ_{qk}) / Σ_l n_l
+    exp(τΦ_{ql}). The parameters enter only through matrix products (no gather or
+    scatter of Φ or M, which vmapped over a sweep's members became batched gathers).
+    """
+    scores = model.tau * (Phi.T @ query) + _log_counts(counts)  # [d, n]
+    logits = M.T @ jax.nn.softmax(scores, axis=0)  # [d, n]
+    if model.residual:
+        logits = logits + M.T @ query
+    return -jnp.sum(jax.nn.log_softmax(logits, axis=0) * target) / target.shape[1]
+
+
+def _last_loss_dense(model, Phi, M, context, target):
+    """The last-position loss: the query is x_s, the counts those of x_1..x_s."""
+    d, dtype = model.d_vocab, M.dtype
+    counts = jnp.sum(_type_major(context, d, dtype), axis=-1)  # [d, b]
+    query = _type_major(context[:, -1], d, dtype)  # [d, b]
+    return _dense_loss(model, Phi, M, query, counts, _type_major(target, d, dtype))
+
+
+def _causal_loss_dense(model, Phi, M, context, target):
+    """Every position: query x_i, the counts those of x_1..x_i; flattened [d, b·s]."""
+    d, dtype = model.d_vocab, M.dtype
+    onehot = _type_major(context, d, dtype)  # [d, b, s]
+    counts = jnp.cumsum(onehot, axis=-1).reshape(d, -1)  # [d, b·s]
+    target = _type_major(target, d, dtype).reshape(d, -1)
+    return _dense_loss(model, Phi, M, onehot.reshape(d, -1), counts, target)
 
 
 def _causal_logits_gathered(model, context):
@@ -121,20 +161,15 @@ def sequence_loss(
             logits = jax.vmap(model.causal_logits)(context)  # [b, s, d]
             return jnp.mean(_cross_entropy(logits, tokens[:, 1:]))
         return jnp.mean(_cross_entropy(jax.vmap(model)(context), target))
-    use_dense = _use_dense(model, dense)
-    if use_dense:
-        Phi, M = model.Phi, model.M
+    if _use_dense(model, dense):
+        Phi, M = _type_forms(model)
+        if all_positions:
+            return _causal_loss_dense(model, Phi, M, context, tokens[:, 1:])
+        return _last_loss_dense(model, Phi, M, context, target)
     if all_positions:
-        if use_dense:
-            logits = jax.vmap(lambda c: _causal_logits_dense(model, Phi, M, c))(context)
-        else:
-            logits = jax.vmap(lambda c: _causal_logits_gathered(model, c))(context)
+        logits = jax.vmap(lambda c: _causal_logits_gathered(model, c))(context)
         return jnp.mean(_cross_entropy(logits, tokens[:, 1:]))
-    if use_dense:
-        logits = jax.vmap(lambda c: _last_logits_dense(model, Phi, M, c))(context)
-    else:
-        logits = jax.vmap(model)(context)
-    return jnp.mean(_cross_entropy(logits, target))
+    return jnp.mean(_cross_entropy(jax.vmap(model)(context), target))
 
 
 class PopulationLoss(eqx.Module):
