@@ -34,6 +34,7 @@ from gflow.dynamics.optimizers import SGD as SGD
 from gflow.dynamics.optimizers import Momentum as Momentum
 from gflow.dynamics.optimizers import Adam as Adam
 from gflow.dynamics.optimizers import AdamW as AdamW
+from gflow.dynamics.optimizers import RMSProp as RMSProp
 from gflow.dynamics.optimizers import optimizer_named as optimizer_named
 from gflow.dynamics.optimizer_run import run_optimizer as run_optimizer
 from gflow.dynamics.minibatch import run_minibatch as run_minibatch
@@ -45,6 +46,18 @@ from gflow.dynamics.references.flow import (
 from gflow.dynamics.references.flow import ModifiedLoss as ModifiedLoss
 from gflow.dynamics.references.central import (
     CentralFlowReference as CentralFlowReference,
+)
+from gflow.dynamics.references.central_adaptive import (
+    AdamCentralFlowReference as AdamCentralFlowReference,
+)
+from gflow.dynamics.references.central_adaptive import (
+    MomentumCentralFlowReference as MomentumCentralFlowReference,
+)
+from gflow.dynamics.references.central_adaptive import (
+    RMSPropCentralFlowReference as RMSPropCentralFlowReference,
+)
+from gflow.dynamics.references.central_adaptive import (
+    central_flow_of as central_flow_of,
 )
 from gflow.dynamics.references.optimizer_odes import (
     AdamODEReference as AdamODEReference,
@@ -109,6 +122,7 @@ __all__ = [
     "AbstractOptimizer",
     "AbstractReference",
     "Adam",
+    "AdamCentralFlowReference",
     "AdamODEReference",
     "AdamW",
     "Attending",
@@ -124,12 +138,15 @@ __all__ = [
     "ModifiedLoss",
     "CentralFlowReference",
     "Momentum",
+    "MomentumCentralFlowReference",
     "MomentumODEReference",
     "Monitor",
     "OPTIMIZERS",
     "OnlineStageDetector",
     "PopulationLoss",
     "PositionalAttentionModel",
+    "RMSProp",
+    "RMSPropCentralFlowReference",
     "SGD",
     "STATUSES",
     "SequenceLoss",
@@ -144,6 +161,7 @@ __all__ = [
     "Vocabulary",
     "WindowStream",
     "attention_entropy",
+    "central_flow_of",
     "compare",
     "compare_sweep",
     "departure_time",

@@ -11,8 +11,8 @@ import pytest
 from gflow.dynamics.flow import solve_flow
 from gflow.dynamics.references.central import (
     CentralFlowReference,
-    _third_derivatives,
     solve_complementarity,
+    third_derivatives,
     top_eigenpairs,
 )
 
@@ -62,7 +62,7 @@ def test_third_derivatives_equal_finite_differences():
     rng = np.random.default_rng(2)
     w = jnp.asarray(rng.normal(size=7))
     U = jnp.asarray(np.linalg.qr(rng.normal(size=(7, 2)))[0])
-    T = _third_derivatives(f, w, U)
+    T = third_derivatives(f, w, U)
 
     @jax.jit
     def quad(x, i, j):
@@ -186,17 +186,17 @@ def test_compare_cli_writes_the_central_comparison(tmp_path, capsys):
     assert 0.3 < central["lambda_max"][0] < 0.6
     assert (out / "central_metrics.npz").exists()
     assert "central flow: max distance" in capsys.readouterr().out
-    assert main([*argv, "--optimizer", "adam", "--reference", "central"]) == 2
-    assert "use sgd" in capsys.readouterr().err
+    assert main([*argv, "--optimizer", "adamw", "--reference", "central"]) == 2
+    assert "no central flow for adamw" in capsys.readouterr().err
 
 
-def test_sweep_config_takes_the_central_reference_for_gd_only():
-    from gflow.runs.sweep_run import REFERENCES, SweepConfig
+def test_sweep_config_takes_the_central_reference_of_its_optimizer():
+    from gflow.runs.sweep_run import REFERENCES, SweepConfig, reference_of
 
     assert REFERENCES["central"] is CentralFlowReference
-    SweepConfig(reference="central")
-    with pytest.raises(ValueError, match="use sgd"):
-        SweepConfig(optimizer="adam", reference="central")
+    assert reference_of(SweepConfig(reference="central")) == CentralFlowReference()
+    with pytest.raises(ValueError, match="no central flow"):
+        SweepConfig(optimizer="adamw", reference="central")
 
 
 @pytest.mark.slow

@@ -24,15 +24,19 @@ def register(sub) -> None:
     p.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
     p.add_argument("--lr", type=float, default=0.1, help="step size η")
     p.add_argument("--t1", type=float, default=60.0, help="final flow time")
-    p.add_argument("--beta", type=float, default=0.9, help="momentum β / Adam β₁")
+    p.add_argument(
+        "--beta", type=float, default=0.9, help="momentum β / Adam β₁ / RMSProp decay"
+    )
     p.add_argument("--threshold", type=float, default=0.1)
     p.add_argument("--num-saves", type=int, default=201)
     p.add_argument(
         "--reference",
         default="flow",
         choices=("flow", "central"),
-        help="'central' also compares GD with its central flow at the edge of "
-        "stability (Cohen et al. 2024), beside the gradient flow",
+        help="'central' also compares the run with its optimizer's central flow at "
+        "the edge of stability (Cohen et al. 2024: GD and RMSProp; heavy ball and "
+        "Adam: a quasi-static attempt, see docs/flow_vs_optimizers.md), beside the "
+        "gradient flow",
     )
     add_out_option(p, "compare")
     p.set_defaults(handler=run)
@@ -58,8 +62,13 @@ def _check(args) -> None:
     positive("--threshold", args.threshold)
     if args.num_saves < 2:
         raise UsageError(f"--num-saves: must be >= 2, got {args.num_saves}")
-    if args.reference == "central" and args.optimizer != "sgd":
-        raise UsageError("--reference central is the central flow of GD; use sgd")
+    from gflow.dynamics.references.central_adaptive import CENTRAL_FLOW_OPTIMIZERS
+
+    if args.reference == "central" and args.optimizer not in CENTRAL_FLOW_OPTIMIZERS:
+        raise UsageError(
+            f"--reference central: no central flow for {args.optimizer}; use one of "
+            f"{', '.join(CENTRAL_FLOW_OPTIMIZERS)}"
+        )
 
 
 def run(args) -> int:
@@ -115,11 +124,10 @@ def run(args) -> int:
     cmp = compare(traj, flow, threshold=args.threshold, pi=chain.pi)
     central = central_cmp = None
     if args.reference == "central":
-        from gflow.dynamics.references.central import CentralFlowReference
+        from gflow.dynamics.references.central_adaptive import central_flow_of
 
-        (central,) = CentralFlowReference().solve(
-            loss, model, [traj.t[:n]], [args.lr], obs
-        )
+        reference = central_flow_of(optimizer_named(args.optimizer, args.beta))
+        (central,) = reference.solve(loss, model, [traj.t[:n]], [args.lr], obs)
         central_cmp = compare(traj, central, threshold=args.threshold, pi=chain.pi)
     out = args.out or default_out("compare")
     settings = {

@@ -42,7 +42,9 @@ def register(sub) -> None:
         default=d.reference,
         choices=tuple(REFERENCES),
         help="flow: dθ/dt = -∇L; modified: -∇(L + η/4 |∇L|²) (GD only); central: "
-        "GD's central flow at the edge of stability, λ_max held at 2/η (GD only)",
+        "the optimizer's central flow at the edge of stability (GD: λ_max held at "
+        "2/η; RMSProp: the preconditioned λ_max; momentum and Adam: a quasi-static "
+        "attempt, see docs/flow_vs_optimizers.md)",
     )
     p.add_argument("--num-saves", type=int, default=d.num_saves)
     p.add_argument(
@@ -51,7 +53,12 @@ def register(sub) -> None:
         default=d.threshold,
         help="distance that defines the departure time",
     )
-    p.add_argument("--beta", type=float, default=d.beta, help="momentum β / Adam β₁")
+    p.add_argument(
+        "--beta",
+        type=float,
+        default=d.beta,
+        help="momentum β / Adam β₁ / RMSProp decay",
+    )
     p.add_argument("--init-scale", type=float, default=d.flow.init_scale)
     p.add_argument("--seed", type=int, default=d.flow.seed)
     p.add_argument(

@@ -11,9 +11,11 @@ a predicted departure time from the flow.
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
 import optax
 
 
@@ -121,20 +123,87 @@ class AdamW(AbstractOptimizer):
         return (2.0 + 2.0 * self.beta) / (1.0 - self.beta)
 
 
+class _RMSPropState(NamedTuple):
+    count: jax.Array
+    nu: optax.Params
+
+
+def rmsprop_from_first_gradient(
+    learning_rate: float | jax.Array,
+    decay: float | jax.Array = 0.9,
+    eps: float | jax.Array = 1e-8,
+) -> optax.GradientTransformation:
+    """RMSProp whose average of squared gradients starts at the first one:
+
+        ν_0 = g_0²,  ν_k = β ν_{k−1} + (1 − β) g_k²,  θ_{k+1} = θ_k − η g_k/√(ν_k + ε).
+
+    optax's ``rmsprop`` starts from ν = 0, so its first steps have size η/√(1 − β)
+    whatever the gradient; started at g_0² the method has the continuous limit
+    dν/dt = (1 − β)/(βη)·(g² − ν), ν(0) = g(θ_0)² (the update is the implicit Euler
+    step of it: ν_k − ν_{k−1} = (1 − β)/β·(g_k² − ν_k)), which its central flow
+    (``gflow.dynamics.references.central_adaptive``) integrates.
+    """
+
+    def init(params):
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return _RMSPropState(count=jnp.zeros([], jnp.int32), nu=zeros)
+
+    def update(updates, state, params=None):
+        first = state.count == 0
+        nu = jax.tree.map(
+            lambda g, n: jnp.where(first, g * g, decay * n + (1 - decay) * g * g),
+            updates,
+            state.nu,
+        )
+        step = jax.tree.map(
+            lambda g, n: -learning_rate * g / jnp.sqrt(n + eps), updates, nu
+        )
+        return step, _RMSPropState(count=state.count + 1, nu=nu)
+
+    return optax.GradientTransformation(init, update)
+
+
+class RMSProp(AbstractOptimizer):
+    """RMSProp with decay β (``rmsprop_from_first_gradient``): c = 2 on the
+    preconditioned sharpness λ_max(diag(ν + ε)^{-1/2} H)."""
+
+    beta: float = 0.9
+    eps: float = 1e-8
+    name: ClassVar[str] = "rmsprop"
+
+    def __check_init__(self):
+        if not 0 <= self.beta < 1:
+            raise ValueError(f"beta must lie in [0, 1), got {self.beta}")
+        if not self.eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {self.eps}")
+
+    def transform(
+        self, learning_rate: float | optax.Schedule = 0.1
+    ) -> optax.GradientTransformation:
+        return optax.inject_hyperparams(rmsprop_from_first_gradient)(
+            learning_rate=learning_rate, decay=self.beta, eps=self.eps
+        )
+
+    @property
+    def stability(self) -> float:
+        return 2.0
+
+
 #: The one table where optimizer names become objects (configs and the CLI use it).
 OPTIMIZERS: dict[str, type[AbstractOptimizer]] = {
     "sgd": SGD,
     "momentum": Momentum,
     "adam": Adam,
     "adamw": AdamW,
+    "rmsprop": RMSProp,
 }
 
 
 def optimizer_named(
     name: str, beta: float = 0.9, weight_decay: float = 0.01
 ) -> AbstractOptimizer:
-    """The optimizer called ``name``: β is its momentum or β₁ (SGD has none), and
-    ``weight_decay`` is AdamW's."""
+    """The optimizer called ``name``: β is its momentum, β₁ or RMSProp's decay (SGD
+    has none), and ``weight_decay`` is AdamW's."""
     if name not in OPTIMIZERS:
         raise ValueError(
             f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}"

@@ -22,6 +22,10 @@ from gflow.analysis.sweep_compare import compare_sweep
 from gflow.dynamics.optimizers import OPTIMIZERS, optimizer_named
 from gflow.dynamics.references.base import evaluate_along
 from gflow.dynamics.references.central import CentralFlowReference
+from gflow.dynamics.references.central_adaptive import (
+    CENTRAL_FLOW_OPTIMIZERS,
+    central_flow_of,
+)
 from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
 from gflow.dynamics.sweep import SweepRun, member_mesh, run_sweep
 from gflow.problems.losses import PopulationLoss
@@ -65,8 +69,16 @@ class SweepConfig:
                 f"reference: unknown {self.reference!r}; choose one of "
                 f"{', '.join(REFERENCES)}"
             )
-        if self.reference in ("modified", "central") and self.optimizer != "sgd":
+        if self.reference == "modified" and self.optimizer != "sgd":
             raise ValueError(f"reference: {self.reference!r} is a flow of GD; use sgd")
+        if (
+            self.reference == "central"
+            and self.optimizer not in CENTRAL_FLOW_OPTIMIZERS
+        ):
+            raise ValueError(
+                f"reference: no central flow for {self.optimizer!r}; use one of "
+                f"{', '.join(CENTRAL_FLOW_OPTIMIZERS)}"
+            )
         if not self.lrs or not all(lr > 0 and math.isfinite(lr) for lr in self.lrs):
             raise ValueError(f"lrs: need positive, finite step sizes, got {self.lrs}")
         repeated = sorted({lr for lr in self.lrs if self.lrs.count(lr) > 1})
@@ -177,9 +189,7 @@ def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
     chain = cfg.flow.chain()
     loss, model = PopulationLoss(chain), cfg.flow.model()
     stability = optimizer_named(cfg.optimizer, cfg.beta).stability
-    result = compare_sweep(
-        run, REFERENCES[cfg.reference](), loss, model, threshold=cfg.threshold
-    )
+    result = compare_sweep(run, reference_of(cfg), loss, model, threshold=cfg.threshold)
     refs = result["references"]
     if refs:
         ref = refs[min(refs, key=lambda m: run.lrs[m])]
@@ -196,6 +206,13 @@ def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
     result["run"] = run
     result["stability"] = stability
     return result
+
+
+def reference_of(cfg: SweepConfig):
+    """The reference object of ``cfg``: the central flow is the optimizer's own."""
+    if cfg.reference == "central":
+        return central_flow_of(optimizer_named(cfg.optimizer, cfg.beta))
+    return REFERENCES[cfg.reference]()
 
 
 def _add_member_analysis(result, run, loss, chain, key, stability) -> None:

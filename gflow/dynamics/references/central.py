@@ -96,14 +96,7 @@ class CentralFlowReference(AbstractReference):
         observables: Observables = None,
     ) -> list[Trajectory]:
         """One Trajectory per member, at that member's times (multiples of η)."""
-        out = []
-        for t, lr in zip(times, np.asarray(lrs, float)):
-            traj = self.solve_one(loss_fn, model, np.asarray(t, float), float(lr))
-            extra = {k: traj.metrics[k] for k in ("lambda_max", "predicted_loss")}
-            traj = evaluate_along(traj, loss_fn, observables)
-            traj.metrics.update(extra)
-            out.append(traj)
-        return out
+        return solve_members(self, loss_fn, model, times, lrs, observables)
 
     def solve_one(
         self, loss_fn: LossFn, model: Model, times: Float[np.ndarray, " S"], lr: float
@@ -112,51 +105,68 @@ class CentralFlowReference(AbstractReference):
 
         Saved times are rounded to the substep grid (exact for multiples of η).
         """
-        times = np.asarray(times, float)
-        if times.ndim != 1 or len(times) == 0 or np.any(np.diff(times) < 0):
-            raise ValueError("times must be a non-empty, non-decreasing 1-d array")
-        if times[0] < 0:
-            raise ValueError(f"times must be >= 0, got {times[0]}")
-        if not lr > 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
-        dt = lr / self.substeps
-        idx = np.rint(times / dt).astype(np.int64)
-        counts = np.diff(np.concatenate([[0], idx])).astype(np.int32)
+        idx, counts, dt = save_grid(times, lr, self.substeps)
         params, static = eqx.partition(model, eqx.is_inexact_array)
         w0, unravel = ravel_pytree(params)
-        flat_loss = _FlatLoss(loss_fn, static, params)
-
-        ws, lam, extra_loss, finite = _integrate(
+        flat_loss = FlatLoss(loss_fn, static, params)
+        out = _integrate(
             self, flat_loss, w0, jnp.asarray(counts), jnp.asarray(dt, w0.dtype)
         )
-        ws, lam = np.asarray(ws), np.asarray(lam)
-        ok = np.asarray(finite)
-        status = "success" if ok.all() else "diverged"
-        snaps = jax.vmap(unravel)(jnp.asarray(ws))
-        stacked = eqx.combine(snaps, static)
-        last = int(np.nonzero(ok)[0][-1]) if ok.any() else 0
-        loss = np.asarray(jax.vmap(flat_loss)(jnp.asarray(ws)))
-        return Trajectory(
-            t=idx * dt,
-            metrics={
-                "loss": loss,
-                "lambda_max": lam,
-                "predicted_loss": loss + np.asarray(extra_loss),
-            },
-            final=eqx.combine(unravel(jnp.asarray(ws[last])), static),
-            params=stacked,
-            status=status,
-            stats={"substeps": int(idx[-1]), "grad_evals": None},
-            info={
-                "reference": self.name,
-                "lr": lr,
-                "substeps": self.substeps,
-                "num_eigs": self.num_eigs,
-            },
-        )
+        return central_trajectory(self, flat_loss, out, idx * dt, unravel, static, lr)
 
 
-class _FlatLoss(eqx.Module):
+def solve_members(ref, loss_fn, model, times, lrs, observables) -> list[Trajectory]:
+    """``ref.solve_one`` per member, with ``observables`` evaluated along each and the
+    central flow's own ``lambda_max`` and ``predicted_loss`` kept."""
+    out = []
+    for t, lr in zip(times, np.asarray(lrs, float)):
+        traj = ref.solve_one(loss_fn, model, np.asarray(t, float), float(lr))
+        extra = {k: traj.metrics[k] for k in ("lambda_max", "predicted_loss")}
+        traj = evaluate_along(traj, loss_fn, observables)
+        traj.metrics.update(extra)
+        out.append(traj)
+    return out
+
+
+def save_grid(times, lr: float, substeps: int):
+    """Checked ``times`` as substep indices: (idx, substeps between saves, dt)."""
+    times = np.asarray(times, float)
+    if times.ndim != 1 or len(times) == 0 or np.any(np.diff(times) < 0):
+        raise ValueError("times must be a non-empty, non-decreasing 1-d array")
+    if times[0] < 0:
+        raise ValueError(f"times must be >= 0, got {times[0]}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    dt = lr / substeps
+    idx = np.rint(times / dt).astype(np.int64)
+    counts = np.diff(np.concatenate([[0], idx])).astype(np.int32)
+    return idx, counts, dt
+
+
+def central_trajectory(ref, flat_loss, out, t, unravel, static, lr) -> Trajectory:
+    """The Trajectory of an integrated central flow ``out`` = (ws, λ, ½⟨Σ, H⟩, ok)."""
+    ws, lam, extra_loss, finite = (np.asarray(x) for x in out)
+    status = "success" if finite.all() else "diverged"
+    snaps = jax.vmap(unravel)(jnp.asarray(ws))
+    last = int(np.nonzero(finite)[0][-1]) if finite.any() else 0
+    loss = np.asarray(jax.vmap(flat_loss)(jnp.asarray(ws)))
+    return Trajectory(
+        t=t,
+        metrics={"loss": loss, "lambda_max": lam, "predicted_loss": loss + extra_loss},
+        final=eqx.combine(unravel(jnp.asarray(ws[last])), static),
+        params=eqx.combine(snaps, static),
+        status=status,
+        stats={"substeps": int(round(t[-1] / lr * ref.substeps)), "grad_evals": None},
+        info={
+            "reference": ref.name,
+            "lr": lr,
+            "substeps": ref.substeps,
+            "num_eigs": ref.num_eigs,
+        },
+    )
+
+
+class FlatLoss(eqx.Module):
     """w ↦ loss(model with flat parameters w), as a Module so that every member of a
     sweep reuses one compiled integration (a closure would be a new function)."""
 
@@ -212,7 +222,7 @@ def top_eigenpairs(
     return lam, U
 
 
-def _third_derivatives(f, w, U):
+def third_derivatives(f, w, U):
     """T[i, j] = ∇_w (u_iᵀ ∇²f(w) u_j), float [k, k, n] (symmetric in i, j)."""
     k = U.shape[1]
     iu, ju = np.triu_indices(k)
@@ -281,7 +291,7 @@ def central_velocity(cfg: CentralFlowReference, f, w, U, X, lr, eig_iters=None):
     mask = on[:, None] * on[None, :]
 
     def at_edge():
-        T = _third_derivatives(f, w, U_new)
+        T = third_derivatives(f, w, U_new)
         k = T.shape[0]
         flat = T.reshape(k * k, -1)
         G = (flat @ flat.T).reshape(k, k, k, k)

@@ -1,0 +1,202 @@
+"""RMSProp (gflow.dynamics.optimizers.RMSProp) and the central flows of preconditioned
+optimizers (gflow.dynamics.references.central_adaptive) against hand loops, closed
+forms, a tight Diffrax solve and RMSProp itself at the edge of stability."""
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gflow
+from gflow.dynamics.references.central_adaptive import (
+    AdamCentralFlowReference,
+    MomentumCentralFlowReference,
+    RMSPropCentralFlowReference,
+    central_flow_of,
+)
+
+
+def test_rmsprop_is_the_hand_written_recursion_started_at_the_first_gradient():
+    rng = np.random.default_rng(0)
+    A = jnp.asarray(rng.normal(size=(5, 5)))
+
+    def loss(w):
+        return jnp.sum(jnp.tanh(A @ w) ** 2)
+
+    eta, beta, eps = 0.05, 0.8, 1e-6
+    opt = gflow.RMSProp(beta=beta, eps=eps).transform(eta)
+    w = jnp.asarray(rng.normal(size=5))
+    state, hand, nu = opt.init(w), w, None
+    for _ in range(6):
+        g = jax.grad(loss)(w)
+        update, state = opt.update(g, state, w)
+        w = w + update
+        gh = jax.grad(loss)(hand)
+        nu = gh**2 if nu is None else beta * nu + (1 - beta) * gh**2
+        hand = hand - eta * gh / jnp.sqrt(nu + eps)
+        np.testing.assert_allclose(w, hand, rtol=1e-12)
+    assert gflow.RMSProp().stability == 2.0
+    assert gflow.optimizer_named("rmsprop", 0.7) == gflow.RMSProp(beta=0.7)
+    with pytest.raises(ValueError, match="beta"):
+        gflow.RMSProp(beta=1.0)
+
+
+def _stable_rmsprop(loss, w0, times, beta, eps, lr):
+    """RMSProp's flow without the oscillation, dθ/dt = −g/√(ν + ε),
+    dν/dt = (1 − β)/(βη)(g² − ν), ν(0) = g(θ₀)², by Diffrax Dopri8 at rtol 1e-12."""
+    r = (1 - beta) / (beta * lr)
+
+    def field(t, y, args):
+        w, nu = y
+        g = jax.grad(loss)(w)
+        return -g / jnp.sqrt(nu + eps), r * (g * g - nu)
+
+    g0 = jax.grad(loss)(w0)
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(field),
+        diffrax.Dopri8(),
+        t0=0.0,
+        t1=float(times[-1]),
+        dt0=None,
+        y0=(w0, g0 * g0),
+        saveat=diffrax.SaveAt(ts=jnp.asarray(times)),
+        stepsize_controller=diffrax.PIDController(rtol=1e-12, atol=1e-14),
+        max_steps=100_000,
+    )
+    return np.asarray(sol.ys[0])
+
+
+def test_below_the_edge_rmsprops_central_flow_is_its_stable_flow_at_fourth_order():
+    # ε = 1 keeps d ≤ 1, so λ_max(S) ≤ 1.5 < 0.975 · 2/η at η = 1: X = 0
+    rng = np.random.default_rng(1)
+    Q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    A = jnp.asarray((Q * np.linspace(0.1, 1.5, 6)) @ Q.T)
+
+    def loss(w):
+        return 0.5 * w @ A @ w + 0.1 * jnp.sum(w**4)
+
+    w0 = jnp.asarray(rng.normal(size=6))
+    times = np.arange(0, 11) * 1.0
+    exact = _stable_rmsprop(loss, w0, times, 0.9, 1.0, 1.0)
+    errors = []
+    for substeps in (4, 8):
+        ref = RMSPropCentralFlowReference(beta=0.9, eps=1.0, substeps=substeps)
+        traj = ref.solve_one(loss, w0, times, 1.0)
+        assert traj.status == "success"
+        assert np.all(traj.metrics["lambda_max"] < 0.975 * 2.0)
+        np.testing.assert_allclose(traj.metrics["predicted_loss"], traj.metrics["loss"])
+        errors.append(np.abs(np.asarray(traj.params) - exact).max())
+    assert errors[1] < 1e-5
+    assert 10 < errors[0] / errors[1] < 22  # RK4: halving dt divides it by ~16
+
+
+C = 0.05
+
+
+def _eos_loss(w):
+    """L(x, y) = y (1 − cos x) − c y: the sharpness along x is y cos x and the flow
+    raises y (tests/test_central_flow.py). Under RMSProp with ε = 1 the oscillation
+    in x also raises ν_x = y² E[x²], so the preconditioned sharpness η y/√(ν_x + 1)
+    stays at 2 with E[x²] = 2c: y settles at 2/√(η² − 8c), not GD's 2/η."""
+    return w[1] * (1.0 - jnp.cos(w[0])) - C * w[1]
+
+
+class _NoEdge(RMSPropCentralFlowReference):
+    """RMSProp's flow without the oscillation (its edge out of reach)."""
+
+    @property
+    def edge_constant(self) -> float:
+        return 1e30
+
+
+def test_rmsprop_past_the_edge_follows_its_central_flow():
+    eta, steps, beta, eps = 1.0, 600, 0.9, 1.0
+    w0 = jnp.asarray([0.3, 1.5])
+    opt = gflow.RMSProp(beta=beta, eps=eps).transform(eta)
+    update = jax.jit(opt.update)
+    grad = jax.jit(jax.grad(_eos_loss))
+    w, state, run = w0, opt.init(w0), [w0]
+    for _ in range(steps):
+        u, state = update(grad(w), state, w)
+        w = w + u
+        run.append(w)
+    run = np.asarray(run)
+    times = np.arange(steps + 1) * eta
+    central = RMSPropCentralFlowReference(beta=beta, eps=eps).solve_one(
+        _eos_loss, w0, times, eta
+    )
+    assert central.status == "success"
+    cw = np.asarray(central.params)
+    late = times >= 300
+    # the preconditioned sharpness is held at 2/η and y reaches the closed form
+    np.testing.assert_allclose(central.metrics["lambda_max"][late], 2 / eta, atol=1e-6)
+    y_star = 2 / np.sqrt(eta**2 - 8 * C)
+    assert abs(cw[-1, 1] - y_star) < 1e-4
+    # RMSProp oscillates in x around 0 with its time-averaged y near the central
+    # flow's, far from the flow without the oscillation (y climbs) and from GD's
+    # central flow (y = 2/η)
+    stable = _NoEdge(beta=beta, eps=eps, substeps=8).solve_one(
+        _eos_loss, w0, times, eta
+    )
+    y_avg = run[-100:, 1].mean()
+    assert abs(run[-100:, 0].mean()) < 1e-3
+    assert abs(y_avg - cw[-1, 1]) < 0.06
+    assert np.asarray(stable.params)[-1, 1] > y_avg + 5
+    assert abs(y_avg - 2 / eta) > 0.6
+    # and its time-averaged loss is the one the central flow predicts
+    loss_avg = np.asarray(jax.vmap(_eos_loss)(jnp.asarray(run[-100:]))).mean()
+    predicted = central.metrics["predicted_loss"][-100:].mean()
+    assert abs(loss_avg - predicted) < 0.02
+    assert abs(central.metrics["loss"][-1] - predicted) > 0.1
+
+
+def test_the_heavy_ball_attempt_below_its_edge_is_the_flow_sped_up():
+    # no edge in reach: dθ/dt = −∇L/(1 − β), on a quadratic in closed form
+    rng = np.random.default_rng(2)
+    Q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    lam = np.linspace(0.01, 0.1, 5)
+    A = jnp.asarray((Q * lam) @ Q.T)
+    w0 = rng.normal(size=5)
+    times = np.arange(0, 6) * 1.0
+    traj = MomentumCentralFlowReference(beta=0.5, substeps=8).solve_one(
+        lambda w: 0.5 * w @ A @ w, jnp.asarray(w0), times, 1.0
+    )
+    exact = np.stack([Q @ (np.exp(-lam * t / 0.5) * (Q.T @ w0)) for t in times])
+    np.testing.assert_allclose(np.asarray(traj.params), exact, atol=1e-9)
+    # λ_max of S = H/(1 − β), against its edge (2 + 2β)/((1 − β)η) = 6
+    np.testing.assert_allclose(traj.metrics["lambda_max"], lam[-1] / 0.5, rtol=1e-8)
+    assert MomentumCentralFlowReference(beta=0.5).edge_constant == 6.0
+
+
+def test_each_optimizer_has_its_own_central_flow():
+    assert central_flow_of(gflow.SGD()) == gflow.CentralFlowReference()
+    assert central_flow_of(gflow.RMSProp(beta=0.8, eps=1e-4)) == (
+        RMSPropCentralFlowReference(beta=0.8, eps=1e-4)
+    )
+    assert central_flow_of(gflow.Momentum(beta=0.5)) == (
+        gflow.MomentumCentralFlowReference(beta=0.5)
+    )
+    adam = central_flow_of(gflow.Adam(beta=0.9))
+    assert adam == AdamCentralFlowReference(beta1=0.9)
+    assert adam.edge_constant == pytest.approx(38.0)
+    assert adam.hyperparams(0.1) == {"learning_rate": 0.1, "b1": 0.9, "b2": 0.999}
+    assert gflow.RMSPropCentralFlowReference().hyperparams(0.2)["decay"] == 0.9
+    with pytest.raises(ValueError, match="no central flow for 'adamw'"):
+        central_flow_of(gflow.AdamW())
+    with pytest.raises(ValueError, match="beta"):
+        RMSPropCentralFlowReference(beta=0.0)
+    with pytest.raises(ValueError, match="active"):
+        AdamCentralFlowReference(active=1.5)
+
+
+def test_sweep_config_takes_each_optimizers_central_flow():
+    from gflow.runs.sweep_run import SweepConfig, reference_of
+
+    cfg = SweepConfig(optimizer="rmsprop", reference="central", beta=0.8)
+    assert reference_of(cfg) == RMSPropCentralFlowReference(beta=0.8)
+    assert isinstance(reference_of(SweepConfig()), gflow.FlowReference)
+    with pytest.raises(ValueError, match="no central flow for 'adamw'"):
+        SweepConfig(optimizer="adamw", reference="central")
+    with pytest.raises(ValueError, match="use sgd"):
+        SweepConfig(optimizer="rmsprop", reference="modified")
