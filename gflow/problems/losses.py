@@ -19,13 +19,23 @@ from gflow.problems.markov import MarkovChain
 from gflow.problems.model import AttentionModel
 
 
+def _type_forms(
+    model: AttentionModel,
+) -> tuple[Float[Array, "d d"], Float[Array, "d d"]]:
+    """(Φ, M): Φ = (W_E W_Q)(W_E W_K)ᵀ, d·m² work instead of m³ for W_Q W_Kᵀ first."""
+    if model.W_K is None:
+        return model.Phi, model.M
+    return (model.W_E @ model.W_Q) @ (model.W_E @ model.W_K).T, model.M
+
+
 def population_attention(
     model: AttentionModel, pi: Real[ArrayLike, " d"]
 ) -> Float[Array, "d d"]:
     """a_ik = π_k exp(τΦ_ik) / Σ_l π_l exp(τΦ_il): query i's attention on key type k."""
     pi = jnp.asarray(pi, dtype=model.W_E.dtype)
     log_pi = jnp.where(pi > 0, jnp.log(jnp.where(pi > 0, pi, 1.0)), -jnp.inf)
-    return jax.nn.softmax(model.tau * model.Phi + log_pi[None, :], axis=-1)
+    Phi, _ = _type_forms(model)
+    return jax.nn.softmax(model.tau * Phi + log_pi[None, :], axis=-1)
 
 
 def population_logits(
@@ -44,15 +54,6 @@ def population_loss(model: AttentionModel, chain: MarkovChain) -> Float[Array, "
     pi = jnp.asarray(chain.pi, dtype=dtype)
     logp = jax.nn.log_softmax(population_logits(model, pi), axis=-1)
     return -jnp.sum(pi[:, None] * P * logp)
-
-
-def _type_forms(
-    model: AttentionModel,
-) -> tuple[Float[Array, "d d"], Float[Array, "d d"]]:
-    """(Φ, M): Φ = (W_E W_Q)(W_E W_K)ᵀ, d·m² work instead of m³ for W_Q W_Kᵀ first."""
-    if model.W_K is None:
-        return model.Phi, model.M
-    return (model.W_E @ model.W_Q) @ (model.W_E @ model.W_K).T, model.M
 
 
 def _use_dense(model: AttentionModel, dense: bool | None) -> bool:
