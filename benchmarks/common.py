@@ -60,6 +60,11 @@ def rel_error(model, x_ref) -> float:
     return float(np.linalg.norm(flat(model) - x_ref) / np.linalg.norm(x_ref))
 
 
+def load1() -> float | None:
+    """The 1-minute load average now (None where the OS has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
 def machine() -> dict:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {

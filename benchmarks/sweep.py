@@ -2,8 +2,8 @@
 
 K = 16 SGD runs at 16 learning rates (traced in the ``inject_hyperparams`` state, so
 both ways run one compiled program), on the population loss and on a full-batch
-sequence loss (batch 128, s = 32). Compiled before timing; min of repeats.
-Writes results/sweep.json.
+sequence loss (batch 128, s = 32). Compiled before timing; min of repeats; each row
+carries the 1-minute load average at which it was taken. Writes results/sweep.json.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import optax
 from gflow import MarkovChain, SequenceLoss
 from gflow.dynamics.optimizer_run import StepClock, run_core
 
-from .common import default_problem, save, timed
+from .common import default_problem, load1, save, timed
 
 
 def _states(optimizer, params, lrs):
@@ -57,12 +57,14 @@ def run(*, k: int = 16, steps: int = 400, repeats: int = 2) -> dict:
         vmapped = eqx.filter_jit(eqx.filter_vmap(one))
         vmapped(stacked)
         one(states[0])
+        load = load1()
         _, t_vmap = timed(lambda f=vmapped: f(stacked), repeats=repeats)
         _, t_seq = timed(lambda f=one: [f(s) for s in states], repeats=repeats)
         rows[name] = {
             "vmap_s": t_vmap,
             "sequential_s": t_seq,
             "vmap_over_sequential": t_vmap / t_seq,
+            "load_1min": load,
         }
         print(f"  {name}: {rows[name]}", flush=True)
     record = {"k": k, "steps": steps, "rows": rows}
