@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-from .common import save
+from .common import load1, save
 
 _CHILD = r"""
 import json, sys, time
@@ -57,10 +57,12 @@ def run(*, solvers=("tsit5", "default")) -> dict:
     rows = {}
     for solver in solvers:
         with tempfile.TemporaryDirectory() as cache:
+            load = load1()
             # an empty cache compiles as without one, then writes the cache
             rows[solver] = {
                 "no_cache": _child(solver, cache),
                 "cache_warm": _child(solver, cache),
+                "load_1min": load,
             }
         print(f"  {solver}: {rows[solver]}", flush=True)
     record = {"rows": rows}

@@ -12,7 +12,7 @@ import jax
 
 from gflow import MarkovChain, SequenceLoss
 
-from .common import default_problem, save, timed
+from .common import default_problem, load1, save, timed
 
 
 def run(*, batch: int = 256, length: int = 64, repeats: int = 20) -> dict:
@@ -23,6 +23,7 @@ def run(*, batch: int = 256, length: int = 64, repeats: int = 20) -> dict:
     rows = {}
     for all_pos in (False, True):
         times = {}
+        load = load1()
         for dense in (True, False):
             loss = SequenceLoss(tokens, all_positions=all_pos, dense=dense)
             g = eqx.filter_jit(eqx.filter_grad(lambda m, loss=loss: loss(m)))
@@ -33,6 +34,7 @@ def run(*, batch: int = 256, length: int = 64, repeats: int = 20) -> dict:
             "dense_ms": 1e3 * times[True],
             "gathered_ms": 1e3 * times[False],
             "gathered_over_dense": times[False] / times[True],
+            "load_1min": load,
         }
         print(f"  {key}: {rows[key]}", flush=True)
     record = {"batch": batch, "length": length, "rows": rows}

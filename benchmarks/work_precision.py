@@ -22,7 +22,7 @@ from gflow import solve_flow
 from gflow.analysis.hessian import max_eigenvalue
 from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 
-from .common import RESULTS, default_problem, flat, save
+from .common import RESULTS, default_problem, flat, load1, save
 
 
 def _err(tr, ref) -> float:
@@ -93,6 +93,7 @@ def run(*, t1: float = 150.0, quick: bool = True) -> dict:
                 "grad_evals": tr.stats["grad_evals"],
                 "num_steps": tr.stats["num_steps"],
                 "error": _err(tr, ref) if tr.status == "success" else None,
+                "load_1min": load1(),
             }
             rows[name]["points"].append(point)
             print(f"  {name} {mode}={value:g}: {point}", flush=True)
