@@ -2,10 +2,14 @@
 optimizers (gflow.dynamics.references.central_adaptive) against hand loops, closed
 forms, a tight Diffrax solve and RMSProp itself at the edge of stability."""
 
+import dataclasses
+import json
+
 import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import gflow
@@ -102,14 +106,6 @@ def _eos_loss(w):
     return w[1] * (1.0 - jnp.cos(w[0])) - C * w[1]
 
 
-class _NoEdge(RMSPropCentralFlowReference):
-    """RMSProp's flow without the oscillation (its edge out of reach)."""
-
-    @property
-    def edge_constant(self) -> float:
-        return 1e30
-
-
 def test_rmsprop_past_the_edge_follows_its_central_flow():
     eta, steps, beta, eps = 1.0, 600, 0.9, 1.0
     w0 = jnp.asarray([0.3, 1.5])
@@ -136,7 +132,8 @@ def test_rmsprop_past_the_edge_follows_its_central_flow():
     # RMSProp oscillates in x around 0 with its time-averaged y near the central
     # flow's, far from the flow without the oscillation (y climbs) and from GD's
     # central flow (y = 2/η)
-    stable = _NoEdge(beta=beta, eps=eps, substeps=8).solve_one(
+    stable = RMSPropCentralFlowReference(beta=beta, eps=eps, oscillation=False)
+    stable = dataclasses.replace(stable, substeps=8).solve_one(
         _eos_loss, w0, times, eta
     )
     y_avg = run[-100:, 1].mean()
@@ -167,6 +164,49 @@ def test_the_heavy_ball_attempt_below_its_edge_is_the_flow_sped_up():
     # λ_max of S = H/(1 − β), against its edge (2 + 2β)/((1 − β)η) = 6
     np.testing.assert_allclose(traj.metrics["lambda_max"], lam[-1] / 0.5, rtol=1e-8)
     assert MomentumCentralFlowReference(beta=0.5).edge_constant == 6.0
+
+
+@pytest.mark.parametrize(
+    "make, ref",
+    [
+        (
+            lambda eta: optax.adam(eta, b1=0.9, b2=0.99),
+            AdamCentralFlowReference(beta1=0.9, beta2=0.99, oscillation=False),
+        ),
+        (
+            lambda eta: optax.sgd(eta, momentum=0.5),
+            MomentumCentralFlowReference(beta=0.5, oscillation=False),
+        ),
+    ],
+    ids=["adam", "heavy_ball"],
+)
+def test_below_the_edge_adam_and_heavy_ball_approach_their_models_at_first_order(
+    make, ref
+):
+    # the quasi-static models (bias-corrected ν for Adam) are the η → 0 limits at
+    # fixed β: the distance at t = 2 halves with η
+    rng = np.random.default_rng(3)
+    Q, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+    A = jnp.asarray((Q * np.linspace(0.2, 1.0, 4)) @ Q.T)
+
+    def loss(w):
+        return 0.5 * w @ A @ w + 0.05 * jnp.sum(w**4)
+
+    w0 = jnp.asarray(rng.normal(size=4))
+    grad = jax.jit(jax.grad(loss))
+    distances = []
+    for eta in (0.02, 0.01):
+        opt = make(eta)
+        update = jax.jit(opt.update)
+        w, state = w0, opt.init(w0)
+        for _ in range(int(round(2.0 / eta))):
+            u, state = update(grad(w), state, w)
+            w = w + u
+        traj = ref.solve_one(loss, w0, np.array([0.0, 2.0]), eta)
+        assert traj.metrics["lambda_max"][-1] * eta < 0.5 * ref.edge_constant
+        distances.append(np.linalg.norm(np.asarray(traj.params)[-1] - np.asarray(w)))
+    assert distances[0] < 0.1
+    assert 1.7 < distances[0] / distances[1] < 2.3
 
 
 def test_each_optimizer_has_its_own_central_flow():
@@ -200,3 +240,58 @@ def test_sweep_config_takes_each_optimizers_central_flow():
         SweepConfig(optimizer="adamw", reference="central")
     with pytest.raises(ValueError, match="use sgd"):
         SweepConfig(optimizer="rmsprop", reference="modified")
+
+
+def test_a_run_that_starts_past_its_edge_is_refused_before_it_runs():
+    # from the default init (scale 1e-3) RMSProp with ε = 1e-8 divides gradients of
+    # ~1e-4 by their own size: η λ_max(S) is far above 2 at the first step
+    from gflow.runs.sweep_run import SweepConfig, check_reference
+
+    cfg = SweepConfig(optimizer="rmsprop", reference="central", lrs=(0.05,))
+    with pytest.raises(ValueError, match="starts past its edge"):
+        check_reference(cfg)
+    check_reference(dataclasses.replace(cfg, eps=1e-2))  # d ≤ 10: below the edge
+    check_reference(dataclasses.replace(cfg, reference="flow"))  # no such limit
+
+
+def test_eps_enters_rmsprop_sweeps_only():
+    from gflow.runs.sweep_run import SweepConfig
+
+    base = SweepConfig(optimizer="rmsprop")
+    assert dataclasses.replace(base, eps=1e-2).fingerprint() != base.fingerprint()
+    assert SweepConfig(eps=1e-2).fingerprint() == SweepConfig().fingerprint()
+    with pytest.raises(ValueError, match="eps"):
+        SweepConfig(eps=-1.0)
+
+
+@pytest.mark.slow
+def test_compare_cli_with_rmsprops_central_flow(tmp_path, capsys):
+    from gflow.cli.main import main
+
+    argv = ["compare", "--optimizer", "rmsprop", "--lr", "0.2", "--t1", "20"]
+    argv += ["--num-saves", "11", "--reference", "central"]
+    assert main([*argv, "--out", str(tmp_path / "bad")]) == 2
+    assert "starts past its edge" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+    out = tmp_path / "cmp"
+    assert main([*argv, "--eps", "0.01", "--out", str(out)]) == 0
+    report = json.loads((out / "compare.json").read_text())
+    # RMSProp reaches its edge (η λ_max(S) = 2) by t ≈ 10 and then follows its
+    # central flow, not the gradient flow
+    assert max(report["central"]["lambda_max"]) * 0.2 == pytest.approx(2.0, abs=1e-3)
+    assert report["central"]["final_error"] < 0.5 * report["final_error"]
+
+
+@pytest.mark.slow
+def test_sweep_cli_with_rmsprops_central_flow(tmp_path):
+    from gflow.cli.main import main
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--optimizer", "rmsprop", "--eps", "0.01", "--lrs", "0.2,0.1"]
+    argv += ["--t1", "20", "--num-saves", "11", "--reference", "central"]
+    assert main([*argv, "--out", str(out)]) == 0
+    report = json.loads((out / "sweep.json").read_text())
+    assert json.loads((out / "config.json").read_text())["config"]["eps"] == 0.01
+    for rec in report["members"]:
+        assert rec["status"] == "success"
+        assert rec["final_error"] < rec["flow_final_error"]

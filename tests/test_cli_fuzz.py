@@ -90,6 +90,7 @@ VALID = {
     ("*", "--seed"): lambda n: 0 <= n < 2**32,
     ("*", "--num-saves"): lambda n: n >= 2,
     ("*", "--beta"): _unit,
+    ("*", "--eps"): lambda x: math.isfinite(x) and x >= 0,
     ("flow", "--lam"): _unit,
     ("flow", "--atol"): lambda x: math.isfinite(x) and x >= 0,
     ("flow", "--pi"): lambda p: (
@@ -441,6 +442,7 @@ FIELD_VALID = {
     "pi": VALID["flow", "--pi"],
     "lam": _unit,
     "beta": _unit,
+    "eps": lambda x: math.isfinite(x) and x >= 0,
     "atol": VALID["flow", "--atol"],
     "seed": VALID["*", "--seed"],
     "num_saves": VALID["*", "--num-saves"],

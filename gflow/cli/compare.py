@@ -27,6 +27,13 @@ def register(sub) -> None:
     p.add_argument(
         "--beta", type=float, default=0.9, help="momentum β / Adam β₁ / RMSProp decay"
     )
+    p.add_argument(
+        "--eps",
+        type=float,
+        default=1e-8,
+        help="RMSProp's ε: the preconditioner is bounded by 1/√ε (from a small "
+        "initialisation a larger ε keeps RMSProp below its edge at the start)",
+    )
     p.add_argument("--threshold", type=float, default=0.1)
     p.add_argument("--num-saves", type=int, default=201)
     p.add_argument(
@@ -60,6 +67,8 @@ def _check(args) -> None:
     if not 0 <= args.beta < 1:
         raise UsageError(f"--beta: must lie in [0, 1), got {args.beta}")
     positive("--threshold", args.threshold)
+    if not (math.isfinite(args.eps) and args.eps >= 0):
+        raise UsageError(f"--eps: must be a finite number >= 0, got {args.eps}")
     if args.num_saves < 2:
         raise UsageError(f"--num-saves: must be >= 2, got {args.num_saves}")
     from gflow.dynamics.references.central_adaptive import CENTRAL_FLOW_OPTIMIZERS
@@ -94,7 +103,17 @@ def run(args) -> int:
     cfg = FlowConfig()
     chain = cfg.chain()
     loss, model, obs = PopulationLoss(chain), cfg.model(), MarkovObservables(chain)
-    optimizer = optimizer_named(args.optimizer, args.beta).transform(args.lr)
+    chosen = optimizer_named(args.optimizer, args.beta, eps=args.eps)
+    reference = None
+    if args.reference == "central":
+        from gflow.dynamics.references.central_adaptive import central_flow_of
+
+        reference = central_flow_of(chosen)
+        try:
+            reference.check_start(loss, model, args.lr)
+        except ValueError as e:
+            raise UsageError(f"--reference central: {e}") from None
+    optimizer = chosen.transform(args.lr)
     steps = max(1, round(args.t1 / args.lr))
     traj = run_optimizer(
         loss,
@@ -124,9 +143,6 @@ def run(args) -> int:
     cmp = compare(traj, flow, threshold=args.threshold, pi=chain.pi)
     central = central_cmp = None
     if args.reference == "central":
-        from gflow.dynamics.references.central_adaptive import central_flow_of
-
-        reference = central_flow_of(optimizer_named(args.optimizer, args.beta))
         (central,) = reference.solve(loss, model, [traj.t[:n]], [args.lr], obs)
         central_cmp = compare(traj, central, threshold=args.threshold, pi=chain.pi)
     out = args.out or default_out("compare")
@@ -137,6 +153,7 @@ def run(args) -> int:
             "lr",
             "t1",
             "beta",
+            "eps",
             "threshold",
             "num_saves",
             "reference",

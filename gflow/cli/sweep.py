@@ -59,6 +59,13 @@ def register(sub) -> None:
         default=d.beta,
         help="momentum β / Adam β₁ / RMSProp decay",
     )
+    p.add_argument(
+        "--eps",
+        type=float,
+        default=d.eps,
+        help="RMSProp's ε: the preconditioner is bounded by 1/√ε (from a small "
+        "initialisation a larger ε keeps RMSProp below its edge at the start)",
+    )
     p.add_argument("--init-scale", type=float, default=d.flow.init_scale)
     p.add_argument("--seed", type=int, default=d.flow.seed)
     p.add_argument(
@@ -119,6 +126,7 @@ def _resolve(args, processes: int = 1):
             num_saves=args.num_saves,
             threshold=args.threshold,
             beta=args.beta,
+            eps=args.eps,
             sharded=not args.no_shard,
             chunk=chunk,
             member_analysis=args.member_stages,
@@ -135,7 +143,8 @@ def worker_args(cfg, run_dir) -> list[str]:
     argv = ["--optimizer", cfg.optimizer, "--lrs", ",".join(map(repr, cfg.lrs)),
             "--t1", repr(cfg.t1), "--reference", cfg.reference,
             "--num-saves", str(cfg.num_saves), "--threshold", repr(cfg.threshold),
-            "--beta", repr(cfg.beta), "--init-scale", repr(cfg.flow.init_scale),
+            "--beta", repr(cfg.beta), "--eps", repr(cfg.eps),
+            "--init-scale", repr(cfg.flow.init_scale),
             "--seed", str(cfg.flow.seed), "--chunk", str(cfg.chunk),
             "--out", str(run_dir)]  # fmt: skip
     argv = argv if cfg.sharded else [*argv, "--no-shard"]
@@ -211,12 +220,18 @@ def run(args) -> int:
             _check_split(cfg, processes.count, what, args.resume is not None)
     from gflow.plotting.figures import sweep_figures
     from gflow.runs.sweep_run import (
+        check_reference,
         compare_sweep_members,
         run_sweep_members,
         write_sweep_config,
         write_sweep_run,
     )
 
+    if cfg.reference == "central":
+        try:
+            check_reference(cfg)
+        except ValueError as e:
+            raise UsageError(f"--reference central: {e}") from None
     main = processes is None or processes.main
     if main:
         start_log(out)

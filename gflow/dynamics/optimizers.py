@@ -200,10 +200,10 @@ OPTIMIZERS: dict[str, type[AbstractOptimizer]] = {
 
 
 def optimizer_named(
-    name: str, beta: float = 0.9, weight_decay: float = 0.01
+    name: str, beta: float = 0.9, weight_decay: float = 0.01, eps: float = 1e-8
 ) -> AbstractOptimizer:
     """The optimizer called ``name``: β is its momentum, β₁ or RMSProp's decay (SGD
-    has none), and ``weight_decay`` is AdamW's."""
+    has none), ``weight_decay`` is AdamW's and ``eps`` RMSProp's ε."""
     if name not in OPTIMIZERS:
         raise ValueError(
             f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}"
@@ -212,4 +212,6 @@ def optimizer_named(
         return SGD()
     if name == "adamw":
         return AdamW(beta=beta, weight_decay=weight_decay)
+    if name == "rmsprop":
+        return RMSProp(beta=beta, eps=eps)
     return OPTIMIZERS[name](beta=beta)

@@ -53,6 +53,7 @@ class SweepConfig:
     num_saves: int = 101
     threshold: float = 0.1
     beta: float = 0.9
+    eps: float = 1e-8
     sharded: bool = True
     chunk: int = 4
     member_analysis: bool = False
@@ -98,6 +99,8 @@ class SweepConfig:
             raise ValueError(f"num_saves: must be >= 2, got {self.num_saves}")
         if not 0 <= self.beta < 1:
             raise ValueError(f"beta: must lie in [0, 1), got {self.beta}")
+        if not (self.eps >= 0 and math.isfinite(self.eps)):
+            raise ValueError(f"eps: must be >= 0 and finite, got {self.eps}")
         if not (self.threshold > 0 and math.isfinite(self.threshold)):
             raise ValueError(f"threshold: must be > 0 and finite, got {self.threshold}")
         if self.chunk < 1:
@@ -119,6 +122,8 @@ class SweepConfig:
         members = dataclasses.asdict(self)
         for key in ("reference", "threshold", "member_analysis"):
             members.pop(key)
+        if self.optimizer != "rmsprop" or self.eps == SweepConfig.eps:
+            members.pop("eps")  # only RMSProp reads it (and older runs had none)
         text = json.dumps(members, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -154,7 +159,7 @@ def run_sweep_members(
     process 0 gets the whole sweep; the others get None.
     """
     loss, model = PopulationLoss(cfg.flow.chain()), cfg.flow.model()
-    optimizer = optimizer_named(cfg.optimizer, cfg.beta).transform()
+    optimizer = optimizer_named(cfg.optimizer, cfg.beta, eps=cfg.eps).transform()
     # this process's devices only: a program over every process's devices would
     # synchronise the processes at every step of the adaptive loop
     devices = jax.local_devices()
@@ -188,7 +193,7 @@ def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
     """
     chain = cfg.flow.chain()
     loss, model = PopulationLoss(chain), cfg.flow.model()
-    stability = optimizer_named(cfg.optimizer, cfg.beta).stability
+    stability = optimizer_named(cfg.optimizer, cfg.beta, eps=cfg.eps).stability
     result = compare_sweep(run, reference_of(cfg), loss, model, threshold=cfg.threshold)
     refs = result["references"]
     if refs:
@@ -211,8 +216,15 @@ def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
 def reference_of(cfg: SweepConfig):
     """The reference object of ``cfg``: the central flow is the optimizer's own."""
     if cfg.reference == "central":
-        return central_flow_of(optimizer_named(cfg.optimizer, cfg.beta))
+        return central_flow_of(optimizer_named(cfg.optimizer, cfg.beta, eps=cfg.eps))
     return REFERENCES[cfg.reference]()
+
+
+def check_reference(cfg: SweepConfig) -> None:
+    """ValueError if ``cfg``'s reference cannot describe its largest step from the
+    initial model (e.g. RMSProp started past its edge), before any member runs."""
+    loss = PopulationLoss(cfg.flow.chain())
+    reference_of(cfg).check_start(loss, cfg.flow.model(), max(cfg.lrs))
 
 
 def _add_member_analysis(result, run, loss, chain, key, stability) -> None:

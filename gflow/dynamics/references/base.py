@@ -53,6 +53,10 @@ class AbstractReference(eqx.Module):
             observables: recorded along each returned Trajectory.
         """
 
+    def check_start(self, loss_fn: LossFn, model: Model, lr: float) -> None:
+        """Raise ValueError if this reference cannot describe a member of step
+        ``lr`` started at ``model`` (cheap; called before anything long runs)."""
+
     @abc.abstractmethod
     def hyperparams(self, lr: float) -> dict[str, float]:
         """The injected optimizer values of a member of step η that this reference is

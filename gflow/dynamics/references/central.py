@@ -112,7 +112,9 @@ class CentralFlowReference(AbstractReference):
         out = _integrate(
             self, flat_loss, w0, jnp.asarray(counts), jnp.asarray(dt, w0.dtype)
         )
-        return central_trajectory(self, flat_loss, out, idx * dt, unravel, static, lr)
+        return central_trajectory(
+            self, flat_loss, out, idx * dt, unravel, static, lr, self.substeps
+        )
 
 
 def solve_members(ref, loss_fn, model, times, lrs, observables) -> list[Trajectory]:
@@ -143,8 +145,11 @@ def save_grid(times, lr: float, substeps: int):
     return idx, counts, dt
 
 
-def central_trajectory(ref, flat_loss, out, t, unravel, static, lr) -> Trajectory:
-    """The Trajectory of an integrated central flow ``out`` = (ws, λ, ½⟨Σ, H⟩, ok)."""
+def central_trajectory(
+    ref, flat_loss, out, t, unravel, static, lr, substeps
+) -> Trajectory:
+    """The Trajectory of an integrated central flow ``out`` = (ws, λ, ½⟨Σ, H⟩, ok),
+    ``substeps`` per step of size ``lr``."""
     ws, lam, extra_loss, finite = (np.asarray(x) for x in out)
     status = "success" if finite.all() else "diverged"
     snaps = jax.vmap(unravel)(jnp.asarray(ws))
@@ -156,11 +161,11 @@ def central_trajectory(ref, flat_loss, out, t, unravel, static, lr) -> Trajector
         final=eqx.combine(unravel(jnp.asarray(ws[last])), static),
         params=eqx.combine(snaps, static),
         status=status,
-        stats={"substeps": int(round(t[-1] / lr * ref.substeps)), "grad_evals": None},
+        stats={"substeps": int(round(t[-1] / lr * substeps)), "grad_evals": None},
         info={
             "reference": ref.name,
             "lr": lr,
-            "substeps": ref.substeps,
+            "substeps": substeps,
             "num_eigs": ref.num_eigs,
         },
     )

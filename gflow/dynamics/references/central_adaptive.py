@@ -41,6 +41,7 @@ docs/flow_vs_optimizers.md measures where this works and where it does not.
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -71,7 +72,13 @@ class AbstractPreconditionedCentralFlow(AbstractReference):
     """The central flow of θ ← θ − η d(ν) ⊙ ∇L with ν an EMA of squared gradients.
 
     A subclass says what d(ν) is, how fast ν moves, where ν starts and where the
-    edge is. The settings are ``CentralFlowReference``'s.
+    edge is. ``oscillation=False`` gives the *stable flow*, the same ODE with Σ = 0
+    (what the run would follow if it never reached its edge). The other settings are
+    ``CentralFlowReference``'s, except that ``substeps``
+    is per 2/η of edge: an edge at c/η takes ``substeps``·⌈c/2⌉ RK4 substeps per
+    step, so that λ·dt ≤ 1 at the edge (RK4 is stable to 2.78; at c = 38 two
+    substeps per step would put the edge outside its stability interval and the
+    integration would stall on a period-2 orbit of its own).
     """
 
     substeps: int = 2
@@ -80,6 +87,7 @@ class AbstractPreconditionedCentralFlow(AbstractReference):
     restore: float = 0.5
     eig_iters: int = 2
     qp_iters: int = 60
+    oscillation: bool = True
 
     def __check_init__(self):
         if self.substeps < 1 or self.num_eigs < 1:
@@ -97,8 +105,8 @@ class AbstractPreconditionedCentralFlow(AbstractReference):
         """c: the flow holds λ_max(D^{1/2} H D^{1/2}) at c/η."""
 
     @abc.abstractmethod
-    def rate(self, lr):
-        """r: dν/dt = r (E[g²] − ν) on the clock t = kη (0 where ν is unused)."""
+    def rate(self, lr, t):
+        """r(t): dν/dt = r (E[g²] − ν) on the clock t = kη (0 where ν is unused)."""
 
     @abc.abstractmethod
     def precondition(self, nu):
@@ -123,14 +131,39 @@ class AbstractPreconditionedCentralFlow(AbstractReference):
         Its ``lambda_max`` metric is the preconditioned sharpness λ_max(S), to be
         read against ``edge_constant``/η.
         """
-        idx, counts, dt = save_grid(times, lr, self.substeps)
+        substeps = self.substeps_per_step
+        idx, counts, dt = save_grid(times, lr, substeps)
+        self.check_start(loss_fn, model, lr)
         params, static = eqx.partition(model, eqx.is_inexact_array)
         w0, unravel = ravel_pytree(params)
         flat_loss = FlatLoss(loss_fn, static, params)
         out = _integrate(
             self, flat_loss, w0, jnp.asarray(counts), jnp.asarray(dt, w0.dtype)
         )
-        return central_trajectory(self, flat_loss, out, idx * dt, unravel, static, lr)
+        return central_trajectory(
+            self, flat_loss, out, idx * dt, unravel, static, lr, substeps
+        )
+
+    def check_start(self, loss_fn: LossFn, model: Model, lr: float) -> None:
+        """ValueError if the run starts past its edge: η λ_max(S) > c at θ_0 (the
+        central flow describes runs that reach the edge, not runs that start
+        beyond it; there the first steps are a blow-up and a collapse)."""
+        params, static = eqx.partition(model, eqx.is_inexact_array)
+        w0, _ = ravel_pytree(params)
+        lam = float(_initial_sharpness(self, FlatLoss(loss_fn, static, params), w0))
+        if self.oscillation and lr * lam > self.edge_constant:
+            raise ValueError(
+                f"{type(self).__name__}: at step {lr:g} the run starts past its edge "
+                f"of stability (η·λ_max = {lr * lam:.3g} > {self.edge_constant:.3g}), "
+                "which no central flow describes; a smaller step or, for RMSProp "
+                "and Adam, a larger ε (it bounds the preconditioner by 1/√ε) starts "
+                "it below"
+            )
+
+    @property
+    def substeps_per_step(self) -> int:
+        """RK4 substeps per optimizer step: ``substeps``·⌈c/2⌉."""
+        return self.substeps * max(1, math.ceil(self.edge_constant / 2 - 1e-9))
 
 
 class RMSPropCentralFlowReference(AbstractPreconditionedCentralFlow):
@@ -150,7 +183,7 @@ class RMSPropCentralFlowReference(AbstractPreconditionedCentralFlow):
     def edge_constant(self) -> float:
         return 2.0
 
-    def rate(self, lr):
+    def rate(self, lr, t):
         return (1.0 - self.beta) / (self.beta * lr)
 
     def precondition(self, nu):
@@ -177,7 +210,7 @@ class MomentumCentralFlowReference(AbstractPreconditionedCentralFlow):
         # S = H/(1 − β): ηλ(H) < 2 + 2β is λ(S) < (2 + 2β)/((1 − β)η)
         return (2.0 + 2.0 * self.beta) / (1.0 - self.beta)
 
-    def rate(self, lr):
+    def rate(self, lr, t):
         return 0.0
 
     def precondition(self, nu):
@@ -207,8 +240,15 @@ class AdamCentralFlowReference(AbstractPreconditionedCentralFlow):
     def edge_constant(self) -> float:
         return (2.0 + 2.0 * self.beta1) / (1.0 - self.beta1)
 
-    def rate(self, lr):
-        return (1.0 - self.beta2) / (self.beta2 * lr)
+    def rate(self, lr, t):
+        # Adam's v̂ = v/(1 − β₂^k) is the normalised average of the k gradients so
+        # far: v̂_k − v̂_{k−1} = (1 − β₂)/(β₂(1 − β₂^{k−1}))·(g_k² − v̂_k), with
+        # k − 1 = t/η (t ≥ one substep: the rate is infinite at t = 0, where
+        # ν = g² already)
+        steps = jnp.maximum(t, lr / self.substeps_per_step) / lr
+        return (1.0 - self.beta2) / (
+            self.beta2 * lr * -jnp.expm1(steps * math.log(self.beta2))
+        )
 
     def precondition(self, nu):
         return 1.0 / (jnp.sqrt(nu) + self.eps)
@@ -227,9 +267,11 @@ def preconditioned_velocity(
     X: Float[Array, "k k"],
     lr,
     eig_iters: int,
+    t=0.0,
 ):
-    """(dθ/dt, dν/dt) of the central flow at (θ, ν), and the updated (V, λ, X,
-    ½⟨Σ, H⟩); V holds the eigenvectors of S = D^{1/2} H D^{1/2} (see the module)."""
+    """(dθ/dt, dν/dt) of the central flow at (θ, ν) and time t, and the updated
+    (V, λ, X, ½⟨Σ, H⟩); V holds the eigenvectors of S = D^{1/2} H D^{1/2} (see the
+    module)."""
     n = w.shape[0]
     g = jax.grad(f)(w)
     d = cfg.precondition(nu)
@@ -241,8 +283,8 @@ def preconditioned_velocity(
     R = V_new.T @ V  # carry X into the new eigenbasis (rotations, sign flips)
     X = R @ X @ R.T
     edge = cfg.edge_constant / lr
-    r = cfg.rate(lr)
-    on = (lam >= cfg.active * edge).astype(w.dtype)
+    r = cfg.rate(lr, t)
+    on = ((lam >= cfg.active * edge) & cfg.oscillation).astype(w.dtype)
     mask = on[:, None] * on[None, :]
     k = lam.shape[0]
     U = sd[:, None] * V_new  # generalised eigenvectors: H U = D⁻¹ U Λ
@@ -265,49 +307,62 @@ def preconditioned_velocity(
             G.reshape(k, k, k, k), b * mask, mask, X, cfg.qp_iters
         )
         push = -0.5 * d * jnp.einsum("ij,ijn->n", X_new, T)
-        oscillation = jnp.einsum("kl,pk,pl->p", X_new, HU, HU)  # diag(H Σ H)
-        return X_new, push, oscillation
+        hsh = jnp.einsum("kl,pk,pl->p", X_new, HU, HU)  # diag(H Σ H)
+        return X_new, push, hsh
 
     def below():
         return jnp.zeros_like(X), jnp.zeros_like(w), jnp.zeros_like(w)
 
-    X_new, push, oscillation = jax.lax.cond(jnp.any(on > 0), at_edge, below)
+    X_new, push, hsh = jax.lax.cond(jnp.any(on > 0), at_edge, below)
     extra = 0.5 * jnp.sum(jnp.diag(X_new) * lam)  # ½⟨Σ, H⟩ = ½ Σ X_ii λ_i
-    return dw0 + push, dnu0 + r * oscillation, V_new, lam, X_new, extra
+    return dw0 + push, dnu0 + r * hsh, V_new, lam, X_new, extra
+
+
+def _start(cfg, f, w0, iters: int = 100):
+    """ν(0) = ∇L(θ_0)² and the top eigenpairs of S there (a cold start)."""
+    g0 = jax.grad(f)(w0)
+    nu0 = g0 * g0
+    sd0 = jnp.sqrt(cfg.precondition(nu0))
+    n, k = w0.shape[0], min(cfg.num_eigs, w0.shape[0])
+    V0 = jax.random.normal(jax.random.key(0), (n, k), w0.dtype)
+    lam, V0 = top_eigenpairs(lambda z: f(w0 + sd0 * z), jnp.zeros_like(w0), V0, iters)
+    return nu0, lam, V0
+
+
+@eqx.filter_jit
+def _initial_sharpness(cfg, f, w0):
+    return _start(cfg, f, w0)[1][0]
 
 
 @eqx.filter_jit
 def _integrate(cfg, f, w0, counts, dt):
     """Classic RK4 on (θ, ν); the state after each count of substeps (as in
     ``gflow.dynamics.references.central._integrate``)."""
-    n, k = w0.shape[0], min(cfg.num_eigs, w0.shape[0])
-    lr = dt * cfg.substeps
-    g0 = jax.grad(f)(w0)
-    nu0 = g0 * g0
-    sd0 = jnp.sqrt(cfg.precondition(nu0))
-    V0 = jax.random.normal(jax.random.key(0), (n, k), w0.dtype)
-    _, V0 = top_eigenpairs(lambda z: f(w0 + sd0 * z), jnp.zeros_like(w0), V0, 100)
+    k = min(cfg.num_eigs, w0.shape[0])
+    lr = dt * cfg.substeps_per_step
+    nu0, _, V0 = _start(cfg, f, w0)
 
-    def velocity(w, nu, V, X, iters):
-        return preconditioned_velocity(cfg, f, w, nu, V, X, lr, iters)
+    def velocity(w, nu, V, X, t, iters=1):
+        return preconditioned_velocity(cfg, f, w, nu, V, X, lr, iters, t)
 
     def substep(_, state):
-        w, nu, V, X = state
-        k1w, k1n, V, _, X, _ = velocity(w, nu, V, X, cfg.eig_iters)
-        k2w, k2n = velocity(w + 0.5 * dt * k1w, nu + 0.5 * dt * k1n, V, X, 1)[:2]
-        k3w, k3n = velocity(w + 0.5 * dt * k2w, nu + 0.5 * dt * k2n, V, X, 1)[:2]
-        k4w, k4n = velocity(w + dt * k3w, nu + dt * k3n, V, X, 1)[:2]
+        w, nu, V, X, t = state
+        h = 0.5 * dt
+        k1w, k1n, V, _, X, _ = velocity(w, nu, V, X, t, cfg.eig_iters)
+        k2w, k2n = velocity(w + h * k1w, nu + h * k1n, V, X, t + h)[:2]
+        k3w, k3n = velocity(w + h * k2w, nu + h * k2n, V, X, t + h)[:2]
+        k4w, k4n = velocity(w + dt * k3w, nu + dt * k3n, V, X, t + dt)[:2]
         w = w + (dt / 6.0) * (k1w + 2.0 * k2w + 2.0 * k3w + k4w)
         nu = nu + (dt / 6.0) * (k1n + 2.0 * k2n + 2.0 * k3n + k4n)
-        return w, jnp.maximum(nu, 0.0), V, X
+        return w, jnp.maximum(nu, 0.0), V, X, t + dt
 
     def segment(state, count):
-        w, nu, V, X = jax.lax.fori_loop(0, count, substep, state)
-        _, _, V, lam, X, extra = velocity(w, nu, V, X, cfg.eig_iters)
+        w, nu, V, X, t = jax.lax.fori_loop(0, count, substep, state)
+        _, _, V, lam, X, extra = velocity(w, nu, V, X, t, cfg.eig_iters)
         ok = jnp.all(jnp.isfinite(w)) & jnp.all(jnp.isfinite(nu))
-        return (w, nu, V, X), (w, lam[0], extra, ok)
+        return (w, nu, V, X, t), (w, lam[0], extra, ok)
 
-    state = (w0, nu0, V0, jnp.zeros((k, k), w0.dtype))
+    state = (w0, nu0, V0, jnp.zeros((k, k), w0.dtype), jnp.zeros((), w0.dtype))
     _, out = jax.lax.scan(segment, state, counts)
     return out
 
