@@ -35,6 +35,7 @@ metric, the tracked λ_max as ``lambda_max``.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -50,15 +51,17 @@ from gflow.dynamics.references.base import AbstractReference, evaluate_along
 from gflow.dynamics.trajectory import Trajectory
 
 
-class CentralFlowReference(AbstractReference):
-    """GD's central flow at each member's step size η (one solve per member).
+class AbstractCentralFlow(AbstractReference):
+    """A central flow on the shared clock: the settings of its integration, which
+    every central flow shares, and ``solve`` through ``solve_one`` per member.
 
     Attributes:
-        substeps: RK4 substeps per GD step of the member (dt = η / substeps).
+        substeps: RK4 substeps per step of the member (dt = η / substeps).
         num_eigs: k, the top eigenpairs tracked (the most that can be at the edge).
-        active: eigenvalues ≥ ``active`` · 2/η enter the constraint.
-        restore: rate, in units of 1/η, at which an eigenvalue above 2/η is pulled
-            back to it.
+        active: eigenvalues ≥ ``active`` · (the edge, 2/η for GD) enter the
+            constraint.
+        restore: rate, in units of 1/η, at which an eigenvalue above the edge is
+            pulled back to it.
         eig_iters: eigensolver iterations at each substep's first stage (warm-started
             from the last substep; the other three RK4 stages take one).
         qp_iters: projected-gradient iterations of the complementarity problem per
@@ -71,7 +74,6 @@ class CentralFlowReference(AbstractReference):
     restore: float = 0.5
     eig_iters: int = 2
     qp_iters: int = 60
-    name: ClassVar[str] = "central"
 
     def __check_init__(self):
         if self.substeps < 1 or self.num_eigs < 1:
@@ -83,10 +85,6 @@ class CentralFlowReference(AbstractReference):
         if self.eig_iters < 1 or self.qp_iters < 1:
             raise ValueError("eig_iters and qp_iters must be >= 1")
 
-    def hyperparams(self, lr: float) -> dict[str, float]:
-        """GD at step η: ``{"learning_rate": η}``."""
-        return {"learning_rate": lr}
-
     def solve(
         self,
         loss_fn: LossFn,
@@ -97,6 +95,23 @@ class CentralFlowReference(AbstractReference):
     ) -> list[Trajectory]:
         """One Trajectory per member, at that member's times (multiples of η)."""
         return solve_members(self, loss_fn, model, times, lrs, observables)
+
+    @abc.abstractmethod
+    def solve_one(
+        self, loss_fn: LossFn, model: Model, times: Float[np.ndarray, " S"], lr: float
+    ) -> Trajectory:
+        """The central flow at step ``lr`` from ``model``, saved at ``times``."""
+
+
+class CentralFlowReference(AbstractCentralFlow):
+    """GD's central flow at each member's step size η (one solve per member); the
+    settings are ``AbstractCentralFlow``'s."""
+
+    name: ClassVar[str] = "central"
+
+    def hyperparams(self, lr: float) -> dict[str, float]:
+        """GD at step η: ``{"learning_rate": η}``."""
+        return {"learning_rate": lr}
 
     def solve_one(
         self, loss_fn: LossFn, model: Model, times: Float[np.ndarray, " S"], lr: float

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Sequence
 from typing import ClassVar
 
 import equinox as eqx
@@ -50,54 +49,38 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from jaxtyping import Array, ArrayLike, Float, Real
+from jaxtyping import Array, Float
 
-from gflow.array_types import LossFn, Model, Observables, RealVector
+from gflow.array_types import LossFn, Model
 from gflow.dynamics.optimizers import SGD, AbstractOptimizer, Adam, Momentum, RMSProp
 from gflow.dynamics.references.base import AbstractReference
 from gflow.dynamics.references.central import (
+    AbstractCentralFlow,
     CentralFlowReference,
     FlatLoss,
     central_trajectory,
     save_grid,
     solve_complementarity,
-    solve_members,
     third_derivatives,
     top_eigenpairs,
 )
 from gflow.dynamics.trajectory import Trajectory
 
 
-class AbstractPreconditionedCentralFlow(AbstractReference):
+class AbstractPreconditionedCentralFlow(AbstractCentralFlow):
     """The central flow of θ ← θ − η d(ν) ⊙ ∇L with ν an EMA of squared gradients.
 
     A subclass says what d(ν) is, how fast ν moves, where ν starts and where the
     edge is. ``oscillation=False`` gives the *stable flow*, the same ODE with Σ = 0
     (what the run would follow if it never reached its edge). The other settings are
-    ``CentralFlowReference``'s, except that ``substeps``
-    is per 2/η of edge: an edge at c/η takes ``substeps``·⌈c/2⌉ RK4 substeps per
-    step, so that λ·dt ≤ 1 at the edge (RK4 is stable to 2.78; at c = 38 two
-    substeps per step would put the edge outside its stability interval and the
-    integration would stall on a period-2 orbit of its own).
+    ``AbstractCentralFlow``'s, except that ``substeps`` is per 2/η of edge: an edge
+    at c/η takes ``substeps``·⌈c/2⌉ RK4 substeps per step, so that λ·dt ≤ 1 at the
+    edge (RK4 is stable to 2.78; at c = 38 two substeps per step would put the edge
+    outside its stability interval and the integration would stall on a period-2
+    orbit of its own).
     """
 
-    substeps: int = 2
-    num_eigs: int = 2
-    active: float = 0.975
-    restore: float = 0.5
-    eig_iters: int = 2
-    qp_iters: int = 60
     oscillation: bool = True
-
-    def __check_init__(self):
-        if self.substeps < 1 or self.num_eigs < 1:
-            raise ValueError("substeps and num_eigs must be >= 1")
-        if not 0 < self.active <= 1:
-            raise ValueError(f"active must lie in (0, 1], got {self.active}")
-        if not self.restore >= 0:
-            raise ValueError(f"restore must be >= 0, got {self.restore}")
-        if self.eig_iters < 1 or self.qp_iters < 1:
-            raise ValueError("eig_iters and qp_iters must be >= 1")
 
     @property
     @abc.abstractmethod
@@ -111,17 +94,6 @@ class AbstractPreconditionedCentralFlow(AbstractReference):
     @abc.abstractmethod
     def precondition(self, nu):
         """d(ν), elementwise: the step is −η d ⊙ ∇L."""
-
-    def solve(
-        self,
-        loss_fn: LossFn,
-        model: Model,
-        times: Sequence[Real[ArrayLike, " _S"]],
-        lrs: RealVector,
-        observables: Observables = None,
-    ) -> list[Trajectory]:
-        """One Trajectory per member, at that member's times (multiples of η)."""
-        return solve_members(self, loss_fn, model, times, lrs, observables)
 
     def solve_one(
         self, loss_fn: LossFn, model: Model, times: Float[np.ndarray, " S"], lr: float
