@@ -220,3 +220,20 @@ def test_a_one_token_context_is_a_bigram_lookup(key):
     for dense in (True, False):
         got = jit_sequence_loss(m, tokens, dense=dense)
         assert float(got) == pytest.approx(expected, rel=1e-12)
+
+
+def test_losses_accept_a_model_with_numpy_leaves(key):
+    """A model loaded from disk holds numpy arrays; both losses take it as it is."""
+    chain = MarkovChain.default()
+    m = AttentionModel.init(d_vocab=4, d_model=6, init_scale=0.7, key=key)
+    as_numpy = jax.tree.map(np.asarray, m)
+    tokens = chain.sample(key=jax.random.key(3), batch=8, length=7)
+    assert float(population_loss(as_numpy, chain)) == pytest.approx(
+        float(population_loss(m, chain)), rel=1e-12
+    )
+    for all_positions in (False, True):
+        assert float(
+            sequence_loss(as_numpy, tokens, all_positions=all_positions)
+        ) == pytest.approx(
+            float(sequence_loss(m, tokens, all_positions=all_positions)), rel=1e-12
+        )

@@ -21,7 +21,7 @@ from gflow.problems.model import AttentionModel
 
 def _type_forms(
     model: AttentionModel,
-) -> tuple[Float[Array, "d d"], Float[Array, "d d"]]:
+) -> tuple[Float[ArrayLike, "d d"], Float[ArrayLike, "d d"]]:
     """(Φ, M): Φ = (W_E W_Q)(W_E W_K)ᵀ, d·m² work instead of m³ for W_Q W_Kᵀ first."""
     if model.W_K is None:
         return model.Phi, model.M
