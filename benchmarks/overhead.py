@@ -123,6 +123,7 @@ def run(
     n: int = 2000,
     repeats: int = 3,
     plain_runs=(("auto", 400.0), ("auto", 3000.0), ("tsit5", 400.0)),
+    plain_repeats: int = 2,
 ) -> dict:
     loss, model = default_problem()
     x0, unravel = flatten(model)
@@ -177,7 +178,7 @@ def run(
         }
         print(f"  {name}: {rows[name]}", flush=True)
     plain = [
-        plain_vs_gflow(name, solvers[name], t1=t, repeats=repeats)
+        plain_vs_gflow(name, solvers[name], t1=t, repeats=plain_repeats)
         for name, t in plain_runs
     ]
     record = {"t1": t1, "n_bare": n, "rows": rows, "plain_diffrax": plain}
