@@ -295,3 +295,24 @@ def test_sweep_cli_with_rmsprops_central_flow(tmp_path):
     for rec in report["members"]:
         assert rec["status"] == "success"
         assert rec["final_error"] < rec["flow_final_error"]
+
+
+@pytest.mark.slow
+def test_the_beyond_gd_experiment_writes_its_table_and_figure(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments"
+    spec = importlib.util.spec_from_file_location(
+        "central_flows_beyond_gd", path / "central_flows_beyond_gd.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (case,) = [c for c in module.CASES if c[0] == "rmsprop-toy"]
+    rec = module.run_case(case, saves=21)
+    assert rec["central_status"] == rec["stable_status"] == "success"
+    assert rec["central_distance"][-1] < 0.1 < 10 < rec["stable_distance"][-1]
+    assert rec["edge"] == 2.0 and rec["edge_index"] is not None
+    text = module.table([rec])
+    assert text.count("\n") == 2 and "| rmsprop-toy | 1 | 2 |" in text
+    assert module.figure([rec], tmp_path).exists()
