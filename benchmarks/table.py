@@ -85,8 +85,8 @@ def rows() -> list[tuple[str, str, str, str, float | None]]:
                     (
                         f"gflow ({g['solver']}) vs scipy solve_ivp {m}, t={t1}, "
                         f"rtol {r['rtol']:g}",
-                        f"{row['gflow_speedup']:.1f}× faster ({g['wall_s']:.2f} s vs "
-                        f"{row['wall_s']:.2f} s); "
+                        f"{row['gflow_speedup']:.1f}× faster ({g['wall_s']:.3g} s vs "
+                        f"{row['wall_s']:.3g} s); "
                         f"rel. error {g['rel_error_final']:.1e} vs"
                         f" {row['rel_error_final']:.1e}",
                         "≥10×, error ≤ scipy's",
