@@ -74,7 +74,7 @@ def rows() -> list[tuple[str, str, str, str, float | None]]:
                     _load_of(row, r),
                 )
             )
-    for t1 in (300, 400, 3000):
+    for t1 in (300, 3000):  # the sections scipy and scipy_stiff
         if r := _load(f"scipy_t{t1}"):
             g = r["solvers"]["gflow"]
             for m, row in r["solvers"].items():
@@ -171,7 +171,7 @@ def rows() -> list[tuple[str, str, str, str, float | None]]:
         name
         for name, files in {
             "stiff (item 2)": ["stiff"],
-            "scipy": ["scipy_t300", "scipy_t400", "scipy_t3000"],
+            "scipy": ["scipy_t300", "scipy_t3000"],
             "overhead": ["overhead"],
             "sweep": ["sweep"],
             "compile": ["compile"],
