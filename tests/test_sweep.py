@@ -83,7 +83,7 @@ def test_sequence_loss_members_match_single_runs(all_positions):
     tokens = chain.sample(key=jax.random.key(4), batch=16, length=9)
     loss = SequenceLoss(tokens, all_positions=all_positions)
     opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
-    lrs = [0.5, 0.25, 0.125]  # 4, 8 and 16 steps: the middle save is a step
+    lrs = [0.5, 0.25]  # 4 and 8 steps: the middle save is a step
     run = run_sweep(loss, model, opt, lrs, t1=2.0, num_saves=3)
     for m, lr in enumerate(lrs):
         steps = int(run.steps[m, -1])
