@@ -71,6 +71,7 @@ def _stable_rmsprop(loss, w0, times, beta, eps, lr):
     return np.asarray(sol.ys[0])
 
 
+@pytest.mark.slow
 def test_below_the_edge_rmsprops_central_flow_is_its_stable_flow_at_fourth_order():
     # ε = 1 keeps d ≤ 1, so λ_max(S) ≤ 1.5 < 0.975 · 2/η at η = 1: X = 0
     rng = np.random.default_rng(1)
@@ -106,6 +107,7 @@ def _eos_loss(w):
     return w[1] * (1.0 - jnp.cos(w[0])) - C * w[1]
 
 
+@pytest.mark.slow
 def test_rmsprop_past_the_edge_follows_its_central_flow():
     eta, steps, beta, eps = 1.0, 600, 0.9, 1.0
     w0 = jnp.asarray([0.3, 1.5])
@@ -242,6 +244,7 @@ def test_sweep_config_takes_each_optimizers_central_flow():
         SweepConfig(optimizer="rmsprop", reference="modified")
 
 
+@pytest.mark.slow
 def test_a_run_that_starts_past_its_edge_is_refused_before_it_runs():
     # from the default init (scale 1e-3) RMSProp with ε = 1e-8 divides gradients of
     # ~1e-4 by their own size: η λ_max(S) is far above 2 at the first step

@@ -25,6 +25,7 @@ def _quadratic(n=12, seed=0, top=1.5):
     return jnp.asarray(A), rng.normal(size=n)
 
 
+@pytest.mark.slow
 def test_below_the_edge_it_is_the_gradient_flow_in_closed_form_at_fourth_order():
     # λ_max = 1.5 < 0.975 · 2/η for η = 1: X = 0 and dw/dt = −A w exactly
     A, w0 = _quadratic()
@@ -127,6 +128,7 @@ def _gd(w0, eta, steps):
     return np.asarray(out)
 
 
+@pytest.mark.slow
 def test_gd_past_the_edge_follows_the_central_flow_not_the_gradient_flow():
     eta, steps = 0.5, 400
     w0 = jnp.asarray([0.3, 3.8])

@@ -7,6 +7,7 @@ from gflow.cli.main import main
 from gflow.runs.load import load_run
 
 
+@pytest.mark.slow
 def test_flow_command_writes_a_run_directory(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(

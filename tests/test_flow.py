@@ -56,6 +56,7 @@ def test_gd_converges_to_flow_at_order_one(setup):
     assert np.all(np.abs(ratios - 2.0) < 0.15), (errors, ratios)
 
 
+@pytest.mark.slow
 def test_max_steps_keeps_partial_trajectory(setup):
     loss, model = setup
     tr = solve_flow(loss, model, t1=50.0, ts=np.linspace(0, 50, 51), max_steps=8)
@@ -72,6 +73,7 @@ class _Exploding(eqx.Module):
         return -(jnp.sum(model.W_E**2) ** 2)
 
 
+@pytest.mark.slow
 def test_blow_up_is_reported_not_raised(setup):
     """The solve stops at the blow-up time t* = 1/(8 s0), s0 = |W_E(0)|², with a status.
 
@@ -109,6 +111,7 @@ def test_bad_arguments(setup, kwargs, match):
         solve_flow(loss, model, **kwargs)
 
 
+@pytest.mark.slow
 def test_same_configuration_gives_bit_identical_results(setup):
     loss, model = setup
     kw = dict(t1=5.0, ts=np.linspace(0, 5, 11), rtol=1e-8, atol=1e-10)
@@ -143,6 +146,7 @@ def test_grad_evals_per_step_from_the_tableau(solver, per_step):
     assert grad_evals_per_step(solver) == per_step
 
 
+@pytest.mark.slow
 def test_euler_with_constant_steps_is_gradient_descent(setup):
     """Euler at h = η is GD at η step for step: same clock, same parameters."""
     loss, model = setup
@@ -179,6 +183,7 @@ def test_euler_with_constant_steps_is_gradient_descent(setup):
     }
 
 
+@pytest.mark.slow
 def test_default_save_times_and_a_later_start(setup):
     loss, model = setup
     tr = solve_flow(loss, model, t0=1.0, t1=3.0, save_params=True)
@@ -198,6 +203,7 @@ class _FailingEuler(diffrax.Euler):
         return *out, diffrax.RESULTS.where(t0 >= 0.5, diffrax.RESULTS.singular, result)
 
 
+@pytest.mark.slow
 def test_statuses_for_a_failed_and_a_non_finite_solve(setup):
     """A solver's failure is 'failed' with the part before kept; NaN parameters make
     any ending 'diverged'."""
@@ -275,6 +281,7 @@ def test_progress_meter_choice(monkeypatch):
     assert isinstance(_progress_meter(None), diffrax.TqdmProgressMeter)
 
 
+@pytest.mark.slow
 def test_evaluations_of_a_solve_whose_only_step_was_rejected(setup):
     """No accepted step: the count is the solver state's (RKC2's cold start, 1 + 2·30
     evaluations), with nothing to charge the rejected step from."""
@@ -313,6 +320,7 @@ def test_evaluations_per_step_of_other_solvers(unchecked):  # duck-typed solvers
         (0.0, 1.0, [[0.0, 1.0]], False),  # not 1-D
     ],
 )
+@pytest.mark.slow
 def test_save_times_tolerate_clock_round_off_only(setup, t0, t1, ts, ok, unchecked):
     loss, model = setup
     if not ok:

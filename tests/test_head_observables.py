@@ -117,6 +117,7 @@ def test_uniform_attention_has_entropy_log_position():
     np.testing.assert_allclose(got["head_entropy"], np.log(s), rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factorised", [True, False])
 def test_one_layer_model_matches_a_numpy_computation(factorised):
     """Transformer.from_attention_model(AttentionModel): the attention rows are
@@ -158,6 +159,7 @@ def _hand_model():
 HAND_TOKENS = np.array([[0, 1, 0, 2], [1, 1, 0, 0]])
 
 
+@pytest.mark.slow
 def test_attention_on_top_and_self_by_hand():
     """Contexts [0, 1, 0] and [1, 1, 0], top 0, tracked (1, 2).
 
@@ -193,6 +195,7 @@ def test_default_and_from_counts_pick_top_and_tracked():
         HeadObservables.default(tokens, 3)
 
 
+@pytest.mark.slow
 def test_singular_values_match_numpy_per_head():
     model = _deep(key=4)
     got = HeadObservables(_tokens(), 0, [3])(model)
@@ -458,6 +461,7 @@ def test_missing_metrics_and_bad_head_stages_are_refused():
 # ---------------------------------------------------------------- figures
 
 
+@pytest.mark.slow
 def test_figures_are_written_as_png(tmp_path):
     traj, _ = _head_trajectory()
     path = tmp_path / "heads.png"

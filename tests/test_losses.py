@@ -96,6 +96,7 @@ def test_condensation_gradient_at_zero():
     assert float(jnp.abs(g0.W_Q).max()) == 0.0 and float(jnp.abs(g0.W_K).max()) == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("all_positions", [False, True])
 @pytest.mark.parametrize("residual", [False, True])
 def test_dense_and_gathered_forms_agree(key, all_positions, residual):
@@ -192,6 +193,7 @@ def test_all_positions_objective_is_the_mean_over_prefixes(key, residual):
         assert float(got) == pytest.approx(np.mean(terms), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_sequence_loss_module_keeps_its_options(key):
     from gflow import SequenceLoss
 

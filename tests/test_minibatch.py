@@ -30,6 +30,7 @@ def model():
     )
 
 
+@pytest.mark.slow
 def test_a_fixed_stream_is_full_batch_gd(model):
     loss = SequenceLoss(FIXED)
     mini = run_minibatch(
@@ -70,6 +71,7 @@ def test_pieces_resume_bit_for_bit_and_batches_are_fresh(model):
     assert not np.allclose(fixed.final.W_E, whole.final.W_E)
 
 
+@pytest.mark.slow
 def test_the_clock_sums_a_schedule(model):
     schedule = optax.warmup_cosine_decay_schedule(0.0, 0.2, 3, 10)
     traj = run_minibatch(

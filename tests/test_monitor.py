@@ -82,6 +82,7 @@ def _event(events, name, layer=0, head=0, cycle=1):
     return found[0]
 
 
+@pytest.mark.slow
 def test_focus_lies_in_the_flows_window(markov_run, flow_focus):
     assert np.allclose(flow_focus, DOCUMENTED_FOCUS, atol=1.0)
     _, mon = markov_run
@@ -125,6 +126,7 @@ def test_files_hold_what_the_monitor_saw(markov_run):
     np.testing.assert_array_equal(traj.metrics["step"], np.arange(0, 801, 4))
 
 
+@pytest.mark.slow
 def test_report_renders_a_monitor_directory(markov_run, tmp_path):
     out, mon = markov_run
     res = subprocess.run(
@@ -181,6 +183,7 @@ def _models():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["attention", "transformer", "positional", "user"])
 def test_every_attending_model(name, tmp_path):
     model = _models()[name]
@@ -200,6 +203,7 @@ def test_every_attending_model(name, tmp_path):
     np.testing.assert_allclose(traj.metrics["loss"][0], ce, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_attention_model_signals_equal_its_transformer_form():
     """The same attention read through the [s, s] and [l, h, s, s] protocols."""
     model = _models()["attention"]
@@ -232,6 +236,7 @@ def test_a_model_without_the_protocol_is_refused(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_bad_arguments_are_refused(tmp_path, unchecked):
     with pytest.raises(ValueError, match="every"):
         Monitor(tmp_path / "a", every=0)
@@ -285,6 +290,7 @@ for k in range(4 * 100):
 """
 
 
+@pytest.mark.slow
 def test_a_killed_loop_keeps_its_rows_and_events_and_resumes(tmp_path, markov_run):
     out = tmp_path / "killed"
     proc = subprocess.run(

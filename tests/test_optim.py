@@ -87,6 +87,7 @@ def test_observables_are_recorded(setup):
     )
 
 
+@pytest.mark.slow
 def test_clock_under_a_schedule_stops_at_the_divergence(setup):
     """t_k = Σ_{i<k} η_i with a schedule, frozen at the step that diverged.
 
@@ -114,6 +115,7 @@ def test_clock_under_a_schedule_stops_at_the_divergence(setup):
     np.testing.assert_allclose(tr.final.W_E, ref.final.W_E, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_clock_finds_a_learning_rate_nested_in_chains(setup):
     loss, model = setup
     inner = optax.inject_hyperparams(optax.sgd)(learning_rate=0.05)
@@ -126,6 +128,7 @@ def test_the_clock_finds_a_learning_rate_nested_in_chains(setup):
         np.testing.assert_allclose(tr.t, [0.0, 0.2, 0.4], rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_a_schedule_given_as_learning_rate_sets_the_clock(setup):
     """A plain optax optimizer with ``learning_rate=schedule``: t_k = Σ_{i<k} η_i."""
     loss, model = setup
@@ -145,6 +148,7 @@ def test_a_schedule_given_as_learning_rate_sets_the_clock(setup):
     np.testing.assert_allclose(tr.final.W_E, ref.final.W_E, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_blow_up_norm_marks_the_first_step_past_it(setup):
     """Divergence at the first step k whose new parameters have norm above blowup."""
     loss, model = setup
@@ -167,6 +171,7 @@ def test_blow_up_norm_marks_the_first_step_past_it(setup):
     assert run_optimizer(loss, model, opt, steps=12, blowup=norms.max() * 2).ok
 
 
+@pytest.mark.slow
 def test_a_given_optimizer_state_and_the_default_saves(setup):
     loss, model = setup
     opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)

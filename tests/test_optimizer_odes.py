@@ -29,6 +29,7 @@ def errors_and_order(setup, optimizer, reference, t1):
     return np.array([m["error"] for m in res["members"]]), res["order"]
 
 
+@pytest.mark.slow
 def test_heavy_ball_converges_to_its_ode_at_first_order(setup):
     opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1, momentum=0.9)
     errors, order = errors_and_order(setup, opt, MomentumODEReference(gamma=2.0), 4.0)
@@ -36,6 +37,7 @@ def test_heavy_ball_converges_to_its_ode_at_first_order(setup):
     assert 0.85 <= order <= 1.15
 
 
+@pytest.mark.slow
 def test_adam_converges_to_its_ode_at_first_order(setup):
     opt = optax.inject_hyperparams(optax.adam)(learning_rate=0.1, b1=0.9, b2=0.999)
     ref = AdamODEReference(gamma1=2.0, gamma2=0.5)

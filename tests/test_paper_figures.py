@@ -34,6 +34,7 @@ def _without_params(traj):
     return dataclasses.replace(traj, params=None)
 
 
+@pytest.mark.slow
 def test_singular_values_figure_and_data(flow, tmp_path):
     traj, stages, _ = flow
     out = paper.plot_singular_values(traj, tmp_path / "sv.png", stages=stages)
@@ -53,6 +54,7 @@ def test_singular_values_figure_and_data(flow, tmp_path):
         paper.block_singular_values({"t": traj.t})
 
 
+@pytest.mark.slow
 def test_attention_heatmaps_at_the_stage_boundaries(flow, tmp_path):
     traj, stages, _ = flow
     assert [s.name for s in stages] == ["condensation", "focus", "dilution"]
@@ -76,6 +78,7 @@ def test_attention_heatmaps_at_the_stage_boundaries(flow, tmp_path):
         paper.plot_attention_heatmaps(no_attention, stages, tmp_path / "x.png")
 
 
+@pytest.mark.slow
 def test_embedding_pca(flow, tmp_path):
     traj, stages, _ = flow
     _png(paper.plot_embedding_pca(traj, tmp_path / "pca.png", stages=stages))
@@ -93,6 +96,7 @@ def test_embedding_pca(flow, tmp_path):
         paper.embedding_pca(_without_params(traj))
 
 
+@pytest.mark.slow
 def test_row_norms(flow, tmp_path):
     traj, stages, pi = flow
     _png(paper.plot_row_norms(traj, tmp_path / "n.png", pi=pi, stages=stages))
@@ -106,6 +110,7 @@ def test_row_norms(flow, tmp_path):
         paper.plot_row_norms(traj, tmp_path / "x.png", pi=[0.5, 0.5])
 
 
+@pytest.mark.slow
 def test_entropy_cycles_and_extrema(flow, tmp_path):
     traj, stages, _ = flow
     _png(paper.plot_entropy_cycles(traj, stages, tmp_path / "e.png"))
@@ -125,6 +130,7 @@ def test_entropy_cycles_and_extrema(flow, tmp_path):
         paper.entropy_extrema(t, x[:3])
 
 
+@pytest.mark.slow
 def test_paper_figures_skip_what_the_run_lacks(flow, tmp_path):
     traj, stages, pi = flow
     names = {p.name for p in paper.paper_figures(tmp_path, traj, stages, pi=pi)}
@@ -140,6 +146,7 @@ def test_paper_figures_skip_what_the_run_lacks(flow, tmp_path):
     assert all(_png(p) for p in out)
 
 
+@pytest.mark.slow
 def test_unfactorised_run_has_no_W_K_panel(flow):
     traj, _, _ = flow
     p = traj.params  # stacked snapshots: W_Q stands in for an unfactorised W_A

@@ -96,6 +96,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(setup, tmp_path, monkeypat
     )
 
 
+@pytest.mark.slow
 def test_wrong_configuration_is_refused(setup, tmp_path):
     loss, model, _ = setup
     solve_flow_resumable(loss, model, t1=2.0, segments=2, checkpoint_dir=tmp_path)
@@ -105,6 +106,7 @@ def test_wrong_configuration_is_refused(setup, tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_resuming_with_another_loss_is_refused(setup, tmp_path):
     """Regression: the fingerprint ignored the loss, so resuming with another chain
     (same model, same settings) silently continued the wrong run."""
@@ -135,6 +137,7 @@ class _Point(eqx.Module):
     theta: jax.Array
 
 
+@pytest.mark.slow
 def test_a_failed_segment_is_checkpointed_and_not_recomputed(tmp_path, monkeypatch):
     """Regression: a segment that hit NaN kept its partial trajectory but wrote no
     checkpoint, so a resume recomputed it (and lost what it had shown)."""

@@ -104,6 +104,7 @@ def test_lanczos_agrees_with_dense_at_the_saddle(saddle, key):
     assert float(ritz[-1]) == pytest.approx(full[-1], rel=1e-8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_any_chain_and_tau(seed):
     """For a generic P the point is still critical at H(π) and c (formula) equals

@@ -64,6 +64,7 @@ def test_rkc2_is_second_order():
     assert np.all((ratios > 3.5) & (ratios < 4.5)), (errs, ratios)
 
 
+@pytest.mark.slow
 def test_rkc2_adaptive_meets_tolerance_with_few_evaluations():
     """PID-controlled RKC2 is accurate, stable (hρ ≫ Tsit5's limit), and cheap.
 
@@ -108,6 +109,7 @@ def test_bad_solver_settings():
         StiffSwitch(stiff_error_scale=0.0)
 
 
+@pytest.mark.slow
 def test_stiff_error_scale_tightens_only_the_stiff_steps():
     """On the stiff linear system, scaling RKC2's error estimate by 100 makes the
     solve far more accurate (against the closed form) at a moderate cost."""
@@ -131,6 +133,7 @@ def default_flow():
     return PopulationLoss(chain), model
 
 
+@pytest.mark.slow
 def test_stiff_switch_flow_matches_dopri8_reference(default_flow):
     """Through condensation and focus (t = 120): StiffSwitch's final parameters and
     saved losses agree with Dopri8 at rtol 1e-10."""
@@ -249,6 +252,7 @@ def test_more_bad_solver_settings():
     assert StiffSwitch().order(None) == RKC2().order(None) == 2
 
 
+@pytest.mark.slow
 def test_solvers_pass_time_and_args_to_the_vector_field():
     """y' = -a y + t with args a: func, RKC2 and StiffSwitch see t and a."""
     term = diffrax.ODETerm(lambda t, y, a: -a * y + t)
@@ -272,6 +276,7 @@ def test_solvers_pass_time_and_args_to_the_vector_field():
         np.testing.assert_allclose(sol.ys[-1], exact, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_stage_counts_at_their_edges():
     """s = 1 + ⌊√(1 + 1.54 h ρ)⌋: 2 for a non-stiff step, 3 up to h ρ = 8/1.54."""
     from gflow.dynamics.solvers.rkc import num_stages
@@ -293,6 +298,7 @@ def test_stage_counts_at_their_edges():
     assert np.all(np.isinf(np.asarray(err))) and int(new.max_stages) == 19
 
 
+@pytest.mark.slow
 def test_rkc2_step_is_its_chebyshev_stability_polynomial():
     """On y' = -λ y one s-stage step multiplies y by R_s(-h λ), R_s(z) = a_s + b_s
     T_s(w0 + w1 z), with w0 = 1 + ε/s², w1 = T_s'(w0)/T_s''(w0),

@@ -78,6 +78,7 @@ def _orders(errors):
 # --- ROCK4 -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("idx", [0, 10, 30])
 def test_rock4_local_error_is_fifth_order_on_a_nonlinear_flow(idx):
     """One step with degree DEGREES[idx]: local error O(h⁵) (a fourth-order method),
@@ -124,6 +125,7 @@ def test_rock4_stage_choice():
     assert MAX_STAGES == 152
 
 
+@pytest.mark.slow
 def test_rock4_fixed_steps_converge_at_order_four():
     term = diffrax.ODETerm(lambda t, y, args: -y + jnp.cos(t))
     exact = (np.sin(2.0) + np.cos(2.0) - np.exp(-2.0)) / 2
@@ -223,6 +225,7 @@ def test_exprb32_is_exact_on_a_stiff_linear_flow():
         assert float(rho) == pytest.approx(1e4, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_exprb32_is_third_order_with_a_second_order_estimate():
     """Local error O(h⁴), embedded estimate O(h³), on a nonlinear gradient flow."""
     step = jax.jit(
@@ -300,6 +303,7 @@ def test_exponential_steps_interpolate_as_cubic_hermite():
         )
 
 
+@pytest.mark.slow
 def test_autoswitch_switches_on_a_stiff_system_and_stays_accurate():
     """On λ ∈ [0.01, 1e4] Tsit5 is stability-limited at once: AutoSwitch switches to
     EXPRB32, meets the closed form, and costs a fraction of Tsit5's evaluations."""
@@ -322,6 +326,7 @@ def test_autoswitch_switches_on_a_stiff_system_and_stays_accurate():
     assert int(state.num_evals) < 6 * int(tsit.stats["num_steps"]) / 5
 
 
+@pytest.mark.slow
 def test_autoswitch_stays_explicit_while_not_stiff():
     """y' = -y + cos t (h λ ≪ 3.3 at rtol 1e-8): every step is Tsit5's, and the
     result matches Diffrax's Tsit5 solve."""
@@ -394,6 +399,7 @@ def default_flow():
     return PopulationLoss(MarkovChain.default()), model
 
 
+@pytest.mark.slow
 def test_the_default_solver_is_autoswitch(default_flow):
     loss, model = default_flow
     tr = solve_flow(loss, model, t1=20.0, progress=False)
@@ -403,6 +409,7 @@ def test_the_default_solver_is_autoswitch(default_flow):
     assert tr.stats["grad_evals"] >= 6 * tr.stats["num_accepted_steps"]
 
 
+@pytest.mark.slow
 def test_autoswitch_statuses(default_flow):
     """max_steps keeps the part integrated; a NaN loss is 'diverged'."""
     loss, model = default_flow

@@ -50,6 +50,7 @@ def test_save_steps_hit_the_grid():
     assert save_steps([10.0], t1=1.0, num_saves=2)[0, -1] == 1
 
 
+@pytest.mark.slow
 def test_members_match_single_runs(setup):
     loss, model, opt = setup
     run = run_sweep(loss, model, opt, [0.1, 0.05], t1=1.0, num_saves=3)
@@ -100,6 +101,7 @@ def test_sequence_loss_members_match_single_runs(all_positions):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_new_step_sizes_do_not_recompile(setup):
     loss, model, opt = setup
     a = run_sweep(loss, model, opt, [0.1, 0.05, 0.02], t1=0.5, num_saves=4)
@@ -109,6 +111,7 @@ def test_new_step_sizes_do_not_recompile(setup):
     assert not np.allclose(a.loss[:, -1], b.loss[:, -1])  # the new η were used
 
 
+@pytest.mark.slow
 def test_first_loss_rise_matches_the_per_step_losses(setup):
     # oracle: the per-step losses of single runs; 0.5/λ₀ descends monotonically (the
     # descent lemma), 3/λ₀ and 12/λ₀ overshoot the top Hessian direction at once

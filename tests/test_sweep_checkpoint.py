@@ -28,6 +28,7 @@ def _fields(run):
     )
 
 
+@pytest.mark.slow
 def test_chunked_sweep_equals_one_program(sgd_setup, tmp_path):
     loss, model, opt = sgd_setup
     kw = dict(t1=1.0, num_saves=5)

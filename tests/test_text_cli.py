@@ -128,6 +128,7 @@ def test_text_command_defaults_on_shared_corpora(tmp_path, corpus):
     assert (out / "attention_rows_adam.png").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (DATA / "tinystories").exists(), reason="no shared data")
 def test_subword_run_saves_its_tokenizer_and_reuses_it(tmp_path):
     """--tokenizer bpe trains on the corpus and writes tokenizer.json; a second run

@@ -131,6 +131,7 @@ def test_default_queries_are_mid_frequency_words():
     assert all(5 <= i <= len(vocab) for i in q)
 
 
+@pytest.mark.slow
 def test_counts_form_equals_sequence_loss_and_scatter_attention(model, windows):
     from gflow.text.counts import counts_loss, window_log_counts
 
@@ -165,6 +166,7 @@ def test_counts_form_equals_sequence_loss_and_scatter_attention(model, windows):
         np.testing.assert_allclose(f[k], s[k], rtol=1e-10, err_msg=k)
 
 
+@pytest.mark.slow
 def test_full_batch_loop_matches_optax_and_snapshot_observables(model, windows):
     """GD and Adam of the shared loop equal optax.sgd/adam step by step, and the
     observables from its snapshots equal the observables evaluated on the model of

@@ -51,6 +51,7 @@ def _config(out: Path) -> TextConfig:
     return TextConfig(**{**cfg, "track": tuple(cfg["track"])})
 
 
+@pytest.mark.slow
 def test_warmup_cosine_is_optax_schedule_and_the_clock_sums_it(corpus, tmp_path):
     """warmup_cosine equals optax's warmup-cosine schedule; a scheduled run's clock
     is the cumulative sum of the schedule's step sizes (closed form), for full-batch

@@ -39,6 +39,7 @@ def test_query_windows_end_at_their_query_and_are_slices_of_the_stream():
         query_windows(ids, [2], length=6, per_query=-1)
 
 
+@pytest.mark.slow
 def test_row_windows_enter_the_rows_only():
     """With row windows, the rows are those of the sample and the extra windows
     together; the means over all windows stay those of the sample."""

@@ -28,6 +28,7 @@ def test_checked_saves_spread_over_the_run():
     assert checked_saves(10, 0).size == 0
 
 
+@pytest.mark.slow
 def test_lambda_max_equals_the_dense_hessian_eigenvalue():
     """float64: λ_max recorded at each checked save of a GD run equals the top
     eigenvalue of the dense jax.hessian there to 1e-6 relative; η·λ_max/2 is its
@@ -58,6 +59,7 @@ def test_lambda_max_equals_the_dense_hessian_eigenvalue():
     assert warning.startswith("warning: gd: η·λ_max = ") and "\n" not in warning
 
 
+@pytest.mark.slow
 def test_text_command_records_lambda_max_and_warns(tmp_path, capsys):
     """``gflow text --sharpness-checks 3`` writes λ_max and η·λ_max/2 of the GD run
     into gd.json and prints them; with a large --lr it prints the warning."""

@@ -4,11 +4,13 @@ end, with its per-head observables."""
 import json
 
 import numpy as np
+import pytest
 
 from gflow.cli.main import main
 from gflow.runs.trajectory_files import load_trajectory
 
 
+@pytest.mark.slow
 def test_text_command_runs_a_two_layer_transformer(tmp_path, capsys):
     """--model transformer --layers 2 --heads 2: GD and Adam train a 2-layer, 2-head
     Transformer on the fixed sample; the saved runs hold its per-head observables

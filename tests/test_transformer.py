@@ -35,6 +35,7 @@ def _ce(logits, target):
 @pytest.mark.parametrize(
     "opts", [{}, {"residual": True}, {"factorised": False}, {"tau": "inv_sqrt_m"}]
 )
+@pytest.mark.slow
 def test_from_attention_model_is_the_same_function(opts):
     model = AttentionModel.init(
         d_vocab=4, d_model=3, init_scale=0.7, key=jax.random.key(2), **opts
@@ -59,6 +60,7 @@ def test_from_attention_model_is_the_same_function(opts):
         )
 
 
+@pytest.mark.slow
 def test_attention_is_causal_and_rows_sum_to_one():
     model = _deep()
     context = _tokens(batch=1)[0, :-1]

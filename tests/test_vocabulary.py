@@ -152,6 +152,7 @@ def test_adamw_decays_the_weights_by_the_closed_form(setup):
         AdamW(weight_decay=-1.0)
 
 
+@pytest.mark.slow
 def test_markov_stream_draws_fresh_sequences_of_the_chain():
     chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
     stream = MarkovStream(chain, batch=4000, length=3)
