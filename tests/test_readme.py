@@ -21,12 +21,15 @@ def _block(heading: str) -> str:
     "heading",
     ["Python in ten lines", "Deep models in Python", "Monitor a training loop"],
 )
-def test_readme_example_runs_in_a_fresh_process(heading):
+def test_readme_example_runs_in_a_fresh_process(heading, tmp_path):
+    # in a fresh folder: the examples write their runs under the working directory,
+    # and a second run of this test must not find the first one's monitor there
     out = subprocess.run(
         [sys.executable, "-c", _block(heading)],
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip()
