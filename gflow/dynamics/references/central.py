@@ -121,9 +121,7 @@ class CentralFlowReference(AbstractCentralFlow):
         Saved times are rounded to the substep grid (exact for multiples of η).
         """
         idx, counts, dt = save_grid(times, lr, self.substeps)
-        params, static = eqx.partition(model, eqx.is_inexact_array)
-        w0, unravel = ravel_pytree(params)
-        flat_loss = FlatLoss(loss_fn, static, params)
+        flat_loss, w0, unravel, static = flat_problem(loss_fn, model)
         out = _integrate(
             self, flat_loss, w0, jnp.asarray(counts), jnp.asarray(dt, w0.dtype)
         )
@@ -184,6 +182,13 @@ def central_trajectory(
             "num_eigs": ref.num_eigs,
         },
     )
+
+
+def flat_problem(loss_fn: LossFn, model: Model):
+    """(w ↦ loss, w0, unravel, static): the model's inexact leaves as one vector."""
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    w0, unravel = ravel_pytree(params)
+    return FlatLoss(loss_fn, static, params), w0, unravel, static
 
 
 class FlatLoss(eqx.Module):

@@ -48,7 +48,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
 from gflow.array_types import LossFn, Model
@@ -57,8 +56,8 @@ from gflow.dynamics.references.base import AbstractReference
 from gflow.dynamics.references.central import (
     AbstractCentralFlow,
     CentralFlowReference,
-    FlatLoss,
     central_trajectory,
+    flat_problem,
     save_grid,
     solve_complementarity,
     third_derivatives,
@@ -106,9 +105,7 @@ class AbstractPreconditionedCentralFlow(AbstractCentralFlow):
         substeps = self.substeps_per_step
         idx, counts, dt = save_grid(times, lr, substeps)
         self.check_start(loss_fn, model, lr)
-        params, static = eqx.partition(model, eqx.is_inexact_array)
-        w0, unravel = ravel_pytree(params)
-        flat_loss = FlatLoss(loss_fn, static, params)
+        flat_loss, w0, unravel, static = flat_problem(loss_fn, model)
         out = _integrate(
             self, flat_loss, w0, jnp.asarray(counts), jnp.asarray(dt, w0.dtype)
         )
@@ -120,9 +117,8 @@ class AbstractPreconditionedCentralFlow(AbstractCentralFlow):
         """ValueError if the run starts past its edge: η λ_max(S) > c at θ_0 (the
         central flow describes runs that reach the edge, not runs that start
         beyond it; there the first steps are a blow-up and a collapse)."""
-        params, static = eqx.partition(model, eqx.is_inexact_array)
-        w0, _ = ravel_pytree(params)
-        lam = float(_initial_sharpness(self, FlatLoss(loss_fn, static, params), w0))
+        flat_loss, w0, _, _ = flat_problem(loss_fn, model)
+        lam = float(_initial_sharpness(self, flat_loss, w0))
         if self.oscillation and lr * lam > self.edge_constant:
             raise ValueError(
                 f"{type(self).__name__}: at step {lr:g} the run starts past its edge "
