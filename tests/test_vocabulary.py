@@ -50,7 +50,7 @@ def test_status_words_are_shared_by_flows_optimizers_and_sweeps():
 @pytest.mark.slow
 def test_the_optimizer_table_builds_each_optimizer_once(setup):
     loss, model = setup
-    assert list(OPTIMIZERS) == ["sgd", "momentum", "adam", "adamw"]
+    assert list(OPTIMIZERS) == ["sgd", "momentum", "adam", "adamw", "rmsprop"]
     with pytest.raises(TypeError):
         AbstractOptimizer()
     for name, cls in OPTIMIZERS.items():
