@@ -40,8 +40,8 @@ def _snap(tr, i):
 
 def solvers(quick: bool, implicit: bool = False):
     """The solvers of the grid; Diffrax's implicit Kvaerno5 only with ``implicit``
-    (80-130 s a solve on 2 cores at rtol 1e-3-1e-4, growing 1.6× per decade, and
-    multithreaded, so its rows load the machine above 1.5 by themselves)."""
+    (by far the slowest solver of the grid on 2 cores, and multithreaded, so its rows
+    load the machine above 1.5 by themselves)."""
     out = {
         "euler": (diffrax.Euler(), "dt"),
         "heun": (diffrax.Heun(), "rtol"),
