@@ -111,6 +111,7 @@ from gflow.runs.load import load_run as load_run
 from gflow.runs.resumable_flow import solve_flow_resumable as solve_flow_resumable
 from gflow.runs.resumable_sweep import run_sweep_resumable as run_sweep_resumable
 from gflow.runs.report import write_report as write_report
+from gflow.runs.program_cache import ProgramCache as ProgramCache
 
 # Monitor: the stages detected online in anyone's training loop.
 from gflow.monitor.monitor import Monitor as Monitor
@@ -145,6 +146,7 @@ __all__ = [
     "OnlineStageDetector",
     "PopulationLoss",
     "PositionalAttentionModel",
+    "ProgramCache",
     "RMSProp",
     "RMSPropCentralFlowReference",
     "SGD",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import equinox
 import jax
+import numpy as np
 import pytest
 
 from gflow.cli import compile_cache
@@ -119,12 +120,26 @@ def _gflow(*argv, cache, **env):
 @pytest.mark.slow  # four fresh processes, ~6 s each on 2 cores
 def test_a_flow_writes_its_solve_and_the_next_one_reads_it(tmp_path):
     cache = tmp_path / "cache"
-    _gflow(*TINY, "--out", str(tmp_path / "a"), cache=cache)
-    solves = [p.name for p in cache.iterdir() if p.name.startswith("jit__solve-")]
+    _, err = _gflow(*TINY, "--out", str(tmp_path / "a"), cache=cache)
+    assert "Finished tracing _solve_arrays" in err
+    name = "jit__solve_arrays-"
+    solves = [p.name for p in cache.iterdir() if p.name.startswith(name)]
     assert len(solves) == 1, sorted(p.name for p in cache.iterdir())
-    out, err = _gflow(*TINY, "--out", str(tmp_path / "b"), cache=cache)
+    # the traced program too (gflow.runs.program_cache), so the next run skips tracing
+    programs = sorted(p.name for p in (cache / "programs").iterdir())
+    assert len(programs) == 1 and programs[0].startswith("_solve_arrays-"), programs
+    out, err = _gflow(*TINY, "--no-figures", "--out", str(tmp_path / "b"), cache=cache)
     assert "flow success" in out
-    assert "Persistent compilation cache hit for 'jit__solve'" in err
+    assert list((tmp_path / "a").glob("*.png")) and not list(
+        (tmp_path / "b").glob("*.png")
+    )
+    assert "Persistent compilation cache hit for 'jit__solve_arrays'" in err
+    # the first run traced and wrote the program, the second read it back
+    assert "program cache: wrote" in (tmp_path / "a" / "gflow.log").read_text()
+    assert "program cache: read" in (tmp_path / "b" / "gflow.log").read_text()
+    assert sorted(p.name for p in (cache / "programs").iterdir()) == programs
+    a, b = (np.load(tmp_path / d / "flow_metrics.npz") for d in "ab")
+    assert all(np.array_equal(a[k], b[k]) for k in a.files)  # the same program
     # off: by the option, by the variable; the folder is never made
     _gflow("--no-compile-cache", *TINY, "--out", str(tmp_path / "c"), cache=cache / "x")
     _gflow(*TINY, "--out", str(tmp_path / "d"), cache="0")

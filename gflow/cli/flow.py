@@ -76,6 +76,12 @@ def register(sub) -> None:
     )
     p.add_argument("--float32", action="store_true", help="float32 (default float64)")
     p.add_argument(
+        "--no-figures",
+        action="store_true",
+        help="write the run's data only, no PNG figures (drawing them takes about "
+        "as long as a short flow)",
+    )
+    p.add_argument(
         "--no-params",
         action="store_true",
         default=None,
@@ -131,12 +137,21 @@ def _resolve(args):
         raise UsageError(str(e)) from None
 
 
+def _program_cache(args):
+    """The traced-program cache beside the compilation cache, when that one is on."""
+    folder = getattr(args, "compile_cache", None)
+    if folder is None:
+        return None
+    from gflow.runs.program_cache import ProgramCache
+
+    return ProgramCache(folder / "programs")
+
+
 def run(args) -> int:
     cfg = _resolve(args)
     import jax
 
     jax.config.update("jax_enable_x64", cfg.x64)  # entry point: x64 is chosen here
-    from gflow.plotting.figures import flow_figures
     from gflow.runs.flow_run import run_flow, write_config, write_flow_run
 
     out = args.resume or args.out or default_out("flow")
@@ -145,10 +160,16 @@ def run(args) -> int:
         write_config(out, cfg)
     start = time.perf_counter()
     traj = run_flow(
-        cfg, progress=False if args.quiet else None, checkpoint_dir=out / "checkpoint"
+        cfg,
+        progress=False if args.quiet else None,
+        checkpoint_dir=out / "checkpoint",
+        program_cache=_program_cache(args),
     )
     stages = write_flow_run(out, cfg, traj)
-    flow_figures(out, cfg, traj, stages)
+    if not args.no_figures:
+        from gflow.plotting.figures import flow_figures  # matplotlib: only if drawn
+
+        flow_figures(out, cfg, traj, stages)
     run_dir = out
     s = traj.stats
     resumed = traj.info.get("resumed_from_segment", -1)

@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     if entry_point:
         from gflow.cli.compile_cache import configure
 
-        configure(no_cache=args.no_compile_cache)
+        args.compile_cache = configure(no_cache=args.no_compile_cache)
     # SIGTERM (a batch scheduler's stop) unwinds like Ctrl-C: checkpoints are atomic
     signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -75,8 +75,7 @@ def _progress_meter(progress: bool | None):
         return diffrax.TextProgressMeter()
 
 
-@eqx.filter_jit
-def _solve(
+def _solve_arrays(
     params,
     static,
     loss_fn,
@@ -99,7 +98,7 @@ def _solve(
             "metrics": evaluate_metrics(loss_fn, observables, eqx.combine(p, static))
         }
         if save_params:
-            out["params"] = p
+            out["params"] = y  # raveled: the outputs are plain containers of arrays
         return out
 
     saveat = diffrax.SaveAt(
@@ -120,15 +119,39 @@ def _solve(
         progress_meter=progress_meter,
     )
     saved, final = sol.ys
+    code = jnp.where(
+        sol.result == diffrax.RESULTS.successful,
+        0,
+        jnp.where(sol.result == diffrax.RESULTS.max_steps_reached, 1, 2),
+    )
     return (
         sol.ts[0],
         saved,
-        unravel(final[-1]),
+        final[-1],
         sol.ts[1][-1],
-        sol.result,
-        sol.stats,
+        code,
+        dict(sol.stats),
         getattr(sol.solver_state, "num_evals", None),
     )
+
+
+#: ``_solve_arrays`` compiled; it returns only built-in containers of arrays (the
+#: parameters raveled, the result as a code), so that a ``ProgramCache`` can store it
+_solve = eqx.filter_jit(_solve_arrays)
+
+
+def _unravel_rows(rows: np.ndarray, like: PyTree) -> PyTree:
+    """Rows [..., n] of raveled parameters back into ``like``'s leaves [..., *shape]."""
+    leaves, treedef = jax.tree.flatten(like)
+    lead, out, start = rows.shape[:-1], [], 0
+    for leaf in leaves:
+        size = int(np.size(leaf))
+        out.append(
+            rows[..., start : start + size].reshape(*lead, *np.shape(leaf))
+            .astype(leaf.dtype)
+        )  # fmt: skip
+        start += size
+    return jax.tree.unflatten(treedef, out)
 
 
 def _grad_evals(solver, n_steps, n_accepted, num_evals):
@@ -148,12 +171,11 @@ def _grad_evals(solver, n_steps, n_accepted, num_evals):
     return None if per_step is None else 1 + per_step * n_steps
 
 
-def _status(result, metrics_ok: bool) -> str:
-    if result == diffrax.RESULTS.successful:
-        return "success" if metrics_ok else "diverged"
-    if result == diffrax.RESULTS.max_steps_reached:
-        return "max_steps" if metrics_ok else "diverged"
-    return "failed" if metrics_ok else "diverged"
+def _status(code: int, metrics_ok: bool) -> str:
+    """The status of a solve from ``_solve_arrays``' result code."""
+    if not metrics_ok:
+        return "diverged"
+    return ("success", "max_steps", "failed")[code]
 
 
 def solve_flow(
@@ -172,6 +194,7 @@ def solve_flow(
     observables: Observables = None,
     save_params: bool = False,
     progress: bool | None = None,
+    program_cache: Callable[..., PyTree] | None = None,
 ) -> Trajectory:
     """Integrate the gradient flow of ``loss_fn`` from ``model`` over [t0, t1].
 
@@ -200,6 +223,9 @@ def solve_flow(
             recorded at ``ts`` next to ``loss`` and ``grad_norm``.
         save_params: also keep the parameters at ``ts`` (``Trajectory.params``).
         progress: show a progress bar; None shows one when stderr is a terminal.
+        program_cache: a ``gflow.runs.program_cache.ProgramCache`` (any callable
+            ``cache(fn, *args)``) that runs the solve from a traced program kept on
+            disk, so a new process skips tracing; None traces it (once per process).
 
     Returns:
         A Trajectory with status ``"success"``, ``"max_steps"``, ``"diverged"``
@@ -228,7 +254,7 @@ def solve_flow(
         stepsize_controller = diffrax.PIDController(
             rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype)
         )
-    ts_saved, saved, final, t_last, result, stats, num_evals = _solve(
+    args = (
         params,
         static,
         loss_fn,
@@ -243,6 +269,12 @@ def solve_flow(
         save_params,
         _progress_meter(progress),
     )
+    if program_cache is None:
+        out = _solve(*args)
+    else:
+        out = program_cache(_solve_arrays, *args)
+    ts_saved, saved, final, t_last, code, stats, num_evals = out
+    final = _unravel_rows(np.asarray(final), params)
     ts_saved = np.asarray(ts_saved)
     reached = np.isfinite(ts_saved)  # Diffrax leaves unreached save times at inf
     metrics = {k: np.asarray(v)[reached] for k, v in saved["metrics"].items()}
@@ -262,15 +294,14 @@ def solve_flow(
     }
     snaps = None
     if save_params:
-        snaps = eqx.combine(
-            jax.tree.map(lambda x: x[np.flatnonzero(reached)], saved["params"]), static
-        )
+        rows = np.asarray(saved["params"])[np.flatnonzero(reached)]
+        snaps = eqx.combine(_unravel_rows(rows, params), static)
     return Trajectory(
         t=ts_saved[reached],
         metrics=metrics,
         final=eqx.combine(final, static),
         params=snaps,
-        status=_status(result, metrics_ok),
+        status=_status(int(code), metrics_ok),
         stats=stats,
         info={
             "kind": "flow",

@@ -115,12 +115,18 @@ class FlowConfig:
 
 
 def run_flow(
-    cfg: FlowConfig, *, progress: bool | None = None, checkpoint_dir=None
+    cfg: FlowConfig,
+    *,
+    progress: bool | None = None,
+    checkpoint_dir=None,
+    program_cache=None,
 ) -> Trajectory:
     """Integrate the population flow that ``cfg`` describes.
 
     With ``checkpoint_dir`` the flow runs in ``cfg.segments`` checkpointed pieces and
-    resumes from a checkpoint found there (``gflow.runs.resumable_flow``).
+    resumes from a checkpoint found there (``gflow.runs.resumable_flow``);
+    ``program_cache`` (a ``gflow.runs.program_cache.ProgramCache``) runs the solve
+    from a traced program on disk.
     """
     chain = cfg.chain()
     kwargs = dict(
@@ -132,6 +138,7 @@ def run_flow(
         observables=StageObservables(chain),
         save_params=cfg.save_params,
         progress=progress,
+        program_cache=program_cache,
     )
     if checkpoint_dir is None:
         return solve_flow(PopulationLoss(chain), cfg.model(), t1=cfg.t1, **kwargs)

@@ -78,7 +78,11 @@ def solve_flow_resumable(
             f"{ckdir} holds a checkpoint of gflow < 0.2, which cannot be resumed; "
             "start the run again in a new output directory"
         )
-    settings = {k: v for k, v in kwargs.items() if k not in ("progress", "observables")}
+    settings = {
+        k: v
+        for k, v in kwargs.items()
+        if k not in ("progress", "observables", "program_cache")
+    }
     fp = fingerprint(
         loss_fn,
         model,
