@@ -82,6 +82,9 @@ def test_a_stored_program_is_the_solve_and_a_new_cache_reads_it(
     _same(stored, again)
     # the parameter snapshots come back in the model's shapes
     assert again.params.W_E.shape == (4, 3, 2)
+    # JAX arrays, as before: a model is indexed with traced tokens under jit or vmap
+    assert isinstance(again.final.W_E, jax.Array)
+    assert isinstance(again.params.W_E, jax.Array)
     np.testing.assert_array_equal(again.params.W_E[0], problem[1].W_E)
 
 

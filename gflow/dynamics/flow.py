@@ -141,15 +141,17 @@ _solve = eqx.filter_jit(_solve_arrays)
 
 
 def _unravel_rows(rows: np.ndarray, like: PyTree) -> PyTree:
-    """Rows [..., n] of raveled parameters back into ``like``'s leaves [..., *shape]."""
+    """Rows [..., n] of raveled parameters back into ``like``'s leaves [..., *shape].
+
+    The leaves are JAX arrays, as the model's were: a model is indexed with traced
+    tokens (``W_E[context]``) when it is evaluated under jit or vmap.
+    """
     leaves, treedef = jax.tree.flatten(like)
     lead, out, start = rows.shape[:-1], [], 0
     for leaf in leaves:
         size = int(np.size(leaf))
-        out.append(
-            rows[..., start : start + size].reshape(*lead, *np.shape(leaf))
-            .astype(leaf.dtype)
-        )  # fmt: skip
+        block = rows[..., start : start + size].reshape(*lead, *np.shape(leaf))
+        out.append(jnp.asarray(block, dtype=leaf.dtype))
         start += size
     return jax.tree.unflatten(treedef, out)
 
