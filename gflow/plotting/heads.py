@@ -68,7 +68,6 @@ def plot_head_entropy(
                 ax.set_xlabel("flow time t")
     stage_legend(fig, {s.name for s in stages or ()})
     fig.suptitle(title or "last-position attention entropy per head")
-    fig.tight_layout()
     save_figure(fig, path)
 
 

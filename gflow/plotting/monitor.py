@@ -75,7 +75,6 @@ def plot_monitor(
         f"gflow monitor: {run_dir.name} (every {cfg['every']} steps, "
         f"{len(events)} events)"
     )
-    fig.tight_layout()
     out = Path(path) if path is not None else run_dir / "monitor.png"
     save_figure(fig, out)
     return out

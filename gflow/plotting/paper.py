@@ -94,8 +94,7 @@ def plot_singular_values(
     axes = np.atleast_1d(axes)
     axes[0].set_title(title)
     axes[-1].set_xlabel("flow time t")
-    stage_legend(fig, [s.name for s in stages])
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    stage_legend(fig, [s.name for s in stages])  # save_figure leaves room for it
     save_figure(fig, path)
     return Path(path)
 
@@ -146,8 +145,9 @@ def plot_attention_heatmaps(
         ax.set_ylabel("query token", fontsize=7)
     for ax in axes[len(marks) :]:
         ax.axis("off")
-    fig.colorbar(im, ax=list(axes[: len(marks)]), shrink=0.6)
     fig.suptitle(title)
+    fig.tight_layout()  # before the colorbar, which takes its room from the panels
+    fig.colorbar(im, ax=list(axes[: len(marks)]), shrink=0.6)
     save_figure(fig, path)
     return Path(path)
 
@@ -261,8 +261,7 @@ def plot_entropy_cycles(
     ax.set_xlabel("flow time t")
     ax.set_ylabel("Σ_i π_i H(a_i·) (nats)")
     ax.set_title(title)
-    stage_legend(fig, [s.name for s in stages])
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    stage_legend(fig, [s.name for s in stages])  # save_figure leaves room for it
     save_figure(fig, path)
     return Path(path)
 

@@ -35,7 +35,7 @@ def stage_legend(fig, names, *, lines: bool = False) -> None:
         loc="lower center",
         ncol=len(names),
         fontsize=8,
-        bbox_to_anchor=(0.5, -0.02),
+        bbox_to_anchor=(0.5, 0.0),
     )
 
 
