@@ -24,6 +24,27 @@ def test_same_key_same_bits(key):
     )
 
 
+@pytest.mark.parametrize("dtype", [None, jnp.float32])
+def test_init_draws_the_bits_of_op_by_op_draws(dtype):
+    # one jitted program draws what split + normal + scale gave eagerly, to the bit
+    # (runs, checkpoints and published figures were made with the eager draws)
+    key = jax.random.key(5)
+    kE, kQ, kK, kP = jax.random.split(key, 4)
+    shapes = [(kE, (3, 7)), (kQ, (7, 7)), (kK, (7, 7)), (kP, (7, 3))]
+    want = [0.37 * jax.random.normal(k, s, dtype=dtype) for k, s in shapes]
+    for factorised in (True, False):
+        m = AttentionModel.init(
+            d_vocab=3, d_model=7, init_scale=0.37, key=key, dtype=dtype,
+            factorised=factorised,
+        )  # fmt: skip
+        got = [m.W_E, m.W_Q, m.W_K, m.W_P]
+        for w, g in zip(want, got):
+            if g is None:
+                assert not factorised
+                continue
+            assert g.dtype == w.dtype and np.array_equal(np.asarray(g), np.asarray(w))
+
+
 def test_keyword_constructor_and_shape_checks(unchecked):
     z = jnp.zeros
     AttentionModel(W_E=z((3, 2)), W_Q=z((2, 2)), W_K=z((2, 2)), W_P=z((2, 3)))

@@ -83,7 +83,9 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
+@cache
 def _versions() -> str:
+    # one process sees one set of installed packages: read them once, not per call
     out = []
     for name in _PACKAGES:
         try:
