@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks.quiet import gated_main, replace_block
 
 RESULTS = Path(__file__).parent / "results"
@@ -53,6 +55,7 @@ KINDS = {
     "first": "gflow --quiet flow --out DIR1 (empty cache)",
     "second": "gflow --quiet flow --out DIR2 (warm cache, new process)",
     "second_no_figures": "gflow --quiet flow --no-figures --out DIR4 (warm cache)",
+    "import_after": 'bare python -c "' + IMPORT + '" again, after the warm runs',
 }
 
 
@@ -128,6 +131,9 @@ def _repeat(max_wait: float) -> dict:
             env,
             max_wait,
         )
+        # the same bare import again: the warm run is compared with the imports
+        # on both sides of it too, which a drift of the machine's speed moves less
+        runs["import_after"] = _timed([sys.executable, "-c", IMPORT], env, max_wait)
         # the split of a warm run (a third run, logged: logging costs a little)
         load = _wait_for_quiet(max_wait)
         proc = subprocess.run(
@@ -144,7 +150,8 @@ def _repeat(max_wait: float) -> dict:
         programs = cache / "programs"
         runs["programs"] = len(list(programs.iterdir())) if programs.is_dir() else 0
     for kind in KINDS:
-        print(f"  {kind}: {runs[kind]}", flush=True)
+        if kind in runs:
+            print(f"  {kind}: {runs[kind]}", flush=True)
     print(f"  split (warm, logged): {runs['split']}", flush=True)
     return runs
 
@@ -184,13 +191,25 @@ def best(record: dict, kind: str) -> dict | None:
     return min(kept, key=lambda r: r["wall_s"]) if kept else None
 
 
+def paired_ratios(record: dict) -> list[float]:
+    """Per repeat: the warm run over the mean of the bare imports before and after
+    it (repeats without ``import_after`` or with a run above max_load left out)."""
+    out = []
+    for r in record["repeats"]:
+        runs = [r.get(kind) for kind in ("import", "second", "import_after")]
+        if None in runs or any(x["load_before"] > record["max_load"] for x in runs):
+            continue
+        out.append(2 * runs[1]["wall_s"] / (runs[0]["wall_s"] + runs[2]["wall_s"]))
+    return out
+
+
 def table(record: dict) -> str:
     m = record["machine"]
     left_out = [
         f"{kind} {r[kind]['wall_s']:.2f} s at load {r[kind]['load_before']:.2f}"
         for r in record["repeats"]
         for kind in KINDS
-        if r[kind]["load_before"] > record["max_load"]
+        if kind in r and r[kind]["load_before"] > record["max_load"]
     ]
     lines = [
         "## Compile once per machine (issue 12)",
@@ -215,6 +234,8 @@ def table(record: dict) -> str:
     ]
     base = best(record, "import")
     for kind, text in KINDS.items():
+        if not all(kind in rep for rep in record["repeats"]):
+            continue  # a record from before this row existed
         r = best(record, kind)
         if r is None:
             lines.append(f"| {text} | (no run at load ≤ {record['max_load']}) | | |")
@@ -249,10 +270,21 @@ def table(record: dict) -> str:
     if base and warm and gflow_import and kept:
         jax_s = s["trace_s"] + s["lower_s"] + s["compile_s"]
         ratio = warm["wall_s"] / base["wall_s"]
+        paired = paired_ratios(record)
+        ratios = [ratio] + ([float(np.median(paired))] if paired else [])
         lines += [
             "",
-            f"Target: the warm run within 3× the bare import: {ratio:.1f}×, "
-            + ("met" if ratio <= 3 else "**missed**")
+            f"Target: the warm run within 3× the bare import: {ratio:.1f}× (fastest "
+            "over fastest)"
+            + (
+                f", {np.median(paired):.2f}× as the median of the repeats' own "
+                f"ratios ({', '.join(f'{x:.2f}' for x in paired)}: each warm run "
+                "over the mean of the bare imports before and after it)"
+                if paired
+                else ""
+            )
+            + ": "
+            + ("met" if max(ratios) <= 3 else "**missed**")
             + f". Of its {warm['wall_s']:.2f} s, `import gflow` is "
             f"{gflow_import['wall_s']:.2f} s and JAX's tracing, lowering and loading "
             f"about {jax_s:.2f} s"
