@@ -22,7 +22,7 @@ LEGEND_ROOM_IN = 0.35
 
 
 def plain_log_ticks(fig) -> None:
-    """Log axes labelled as plain numbers (0.01, 1e-05), minor ticks at 2 and 5 only.
+    """Log axes labelled in plain text (1e−02, 1, 10), minor ticks at 2 and 5 only.
 
     Matplotlib's default labels every decade in mathtext and puts 8 minor ticks in
     each; parsing the one and building the other were a third of the time a run
