@@ -1,4 +1,5 @@
-"""The README's Python examples run as printed (the deep-model one is slow)."""
+"""The Python examples of the README and the docs run as printed (slow: a minute
+or two each, in a fresh process)."""
 
 import re
 import subprocess
@@ -7,25 +8,63 @@ from pathlib import Path
 
 import pytest
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+ROOT = Path(__file__).parent.parent
+
+# (file, heading): every ```python block under each heading is run
+EXAMPLES = [
+    ("README.md", "Python in ten lines"),
+    ("docs/concepts.md", "Deep models in Python"),
+    ("docs/monitor.md", "Monitor a training loop"),
+]
 
 
-def _block(heading: str) -> str:
-    match = re.search(rf"## {heading}\n.*?```python\n(.*?)```", README, re.S)
-    assert match, f"no python block under '## {heading}'"
-    return match.group(1)
+def python_blocks(text: str, heading: str) -> list[str]:
+    """The ```python blocks of the section under ``heading`` (any level), up to the
+    next heading of the same or a higher level."""
+    lines = text.splitlines(keepends=True)
+    level, start = None, None
+    for i, line in enumerate(lines):
+        m = re.match(r"(#+) (.*?)\s*$", line)
+        if m and m.group(2) == heading:
+            level, start = len(m.group(1)), i + 1
+            break
+    assert start is not None, f"no heading '{heading}'"
+    body = []
+    fenced = False
+    for line in lines[start:]:
+        fenced ^= line.startswith("```")
+        m = re.match(r"(#+) ", line)
+        if m and not fenced and len(m.group(1)) <= level:
+            break
+        body.append(line)
+    return re.findall(r"^```python\n(.*?)^```", "".join(body), re.S | re.M)
+
+
+def test_python_blocks_reads_one_section():
+    text = (
+        "# T\n## A\nx\n```python\na = 1\n```\n### A.1\n```python\nb = 2\n```\n"
+        "```bash\nc\n```\n## B\n```python\nd = 3\n```\n"
+    )
+    assert python_blocks(text, "A") == ["a = 1\n", "b = 2\n"]
+    assert python_blocks(text, "A.1") == ["b = 2\n"]
+    assert python_blocks(text, "B") == ["d = 3\n"]
+    with pytest.raises(AssertionError, match="no heading"):
+        python_blocks(text, "C")
+
+
+@pytest.mark.parametrize("path, heading", EXAMPLES)
+def test_every_example_is_found(path, heading):
+    assert len(python_blocks((ROOT / path).read_text(), heading)) == 1
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "heading",
-    ["Python in ten lines", "Deep models in Python", "Monitor a training loop"],
-)
-def test_readme_example_runs_in_a_fresh_process(heading, tmp_path):
+@pytest.mark.parametrize("path, heading", EXAMPLES)
+def test_example_runs_in_a_fresh_process(path, heading, tmp_path):
+    (code,) = python_blocks((ROOT / path).read_text(), heading)
     # in a fresh folder: the examples write their runs under the working directory,
     # and a second run of this test must not find the first one's monitor there
     out = subprocess.run(
-        [sys.executable, "-c", _block(heading)],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=600,
