@@ -228,12 +228,14 @@ def main(argv=None) -> int:
     (args.out / "table.md").write_text(text + "\n\n" + note + "\n")
     print(text)
     if args.write_docs:
-        from benchmarks.quiet import replace_block
+        from experiments._docs import replace_block
 
         target = ROOT / "docs" / "figures" / "beyond_gd_distance.png"
         shutil.copyfile(path, target)
         figs = f"![distance](figures/{target.name})"
-        replace_block(DOC, START, END, "\n\n".join([text, note, figs]) + "\n")
+        replace_block(
+            DOC, START, END, "\n\n".join([text, note, figs]) + "\n", append=True
+        )
     return 0
 
 

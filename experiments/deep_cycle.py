@@ -63,7 +63,6 @@ import dataclasses
 import datetime
 import os
 import platform
-import re
 import time
 from pathlib import Path
 
@@ -72,6 +71,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import _docs
 from gflow import (
     SGD,
     AdamW,
@@ -779,19 +779,12 @@ def _adamw_t1(cfg: dict) -> float:
 
 def write_doc(text: str, doc: Path = DOC) -> None:
     """Replace the generated block of the doc (create the doc if it is absent)."""
-    block = f"{START}\n{text}{END}"
-    if doc.exists():
-        old = doc.read_text()
-        if START in old and END in old:
-            new = re.sub(
-                re.escape(START) + ".*?" + re.escape(END),
-                lambda _: block,
-                old,
-                flags=re.S,
-            )
-            doc.write_text(new)
-            return
-    doc.write_text(f"# Deep models: the stage cycle per head (issue 14)\n\n{block}\n")
+    if doc.exists() and START in (old := doc.read_text()) and END in old:
+        _docs.replace_block(doc, START, END, text)
+        return
+    doc.write_text(
+        f"# Deep models: the stage cycle per head (issue 14)\n\n{START}\n{text}{END}\n"
+    )
 
 
 def main(argv=None) -> int:

@@ -35,6 +35,7 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
+from experiments import _docs  # noqa: E402
 from gflow import PopulationLoss, solve_flow  # noqa: E402
 from gflow.analysis.compare import compare  # noqa: E402
 from gflow.analysis.sharpness import predicted_departure, sharpness_along  # noqa: E402
@@ -170,24 +171,19 @@ def table(results: dict) -> str:
     def fmt(x):
         return "—" if x is None else f"{x:.4g}"
 
+    header = ["optimizer", "η", "c/η", "predicted (flow λ_max > c/η)"]
+    header += ["first loss rise", "rises / steps", "own λ_max > c/η"]
+    header += ["own λ_max at the rise", "d_η > 2(η/η₀)d_η₀"]
     rows = [
-        "| optimizer | η | c/η | predicted (flow λ_max > c/η) | first loss rise "
-        "| rises / steps | own λ_max > c/η | own λ_max at the rise "
-        "| d_η > 2(η/η₀)d_η₀ |",
-        "|---|---|---|---|---|---|---|---|---|",
+        [f"{name} (t1={results[name]['t1']:g})", f"{r['lr']:g}", f"{r['bound']:.3g}"]
+        + [fmt(r["predicted"]), fmt(r["first_rise"]), f"{r['rises']} / {r['steps']}"]
+        + [fmt(r[k]) for k in ("own_prediction", "lambda_at_rise")]
+        + [fmt(r.get("drift_departure"))]
+        for name in ("sgd", "momentum", "adam")
+        if name in results
+        for r in results[name]["members"]
     ]
-    for name in ("sgd", "momentum", "adam"):
-        if name not in results:
-            continue
-        res = results[name]
-        for r in res["members"]:
-            rows.append(
-                f"| {name} (t1={res['t1']:g}) | {r['lr']:g} | {r['bound']:.3g} | "
-                f"{fmt(r['predicted'])} | {fmt(r['first_rise'])} | "
-                f"{r['rises']} / {r['steps']} | {fmt(r['own_prediction'])} | "
-                f"{fmt(r['lambda_at_rise'])} | {fmt(r.get('drift_departure'))} |"
-            )
-    return "\n".join(rows) + "\n"
+    return _docs.table(header, rows) + "\n"
 
 
 def plot(out_dir: Path) -> None:

@@ -40,11 +40,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
+import importlib
 import math
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -54,6 +53,7 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
+from experiments import _docs  # noqa: E402
 from gflow.analysis.stages import StageDetector, detect_stages  # noqa: E402
 from gflow.runs.files import read_json, write_json  # noqa
 from gflow.runs.flow_run import FlowConfig, run_flow  # noqa: E402
@@ -927,24 +927,7 @@ def plot(cfg: Config, res: dict, *, out: Path = OUT, path: Path | None = None) -
 
 def write_docs(text: str, path: Path = DOC) -> None:
     """Replace the block between the table markers in docs/markov_cycle.md."""
-    _replace(path, "<!-- table:start -->", "<!-- table:end -->", text)
-
-
-def _replace(path: Path, start: str, end: str, text: str) -> None:
-    doc = path.read_text()
-    i, j = doc.index(start) + len(start), doc.index(end)
-    path.write_text(doc[:i] + "\n" + text + doc[j:])
-
-
-def _uptime() -> str:
-    try:
-        import subprocess
-
-        return subprocess.run(
-            ["uptime"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "load average: {:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())
+    _docs.replace_block(path, "<!-- table:start -->", "<!-- table:end -->", text)
 
 
 def run_line(uptime: str, loads: tuple[float, ...], walls: dict[str, float]) -> str:
@@ -966,14 +949,8 @@ def run_line(uptime: str, loads: tuple[float, ...], walls: dict[str, float]) -> 
 
 
 def _import(name: str):
-    """An experiment script as a module (by path, as the tests do)."""
-    spec = importlib.util.spec_from_file_location(
-        name, ROOT / "experiments" / f"{name}.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    """Another experiment script, imported by name (``experiments.<name>``)."""
+    return importlib.import_module(f"experiments.{name}")
 
 
 def main() -> None:
@@ -993,7 +970,7 @@ def main() -> None:
         help=f"update {DOC} (this table, markov_cycles_long, markov_robustness)",
     )
     args = p.parse_args()
-    uptime, loads = _uptime(), os.getloadavg()[:2]
+    uptime, loads = _docs.uptime(), os.getloadavg()[:2]
     print(f"start: {uptime}", flush=True)
     t0 = time.perf_counter()
     walls: dict[str, float] = {}
@@ -1036,7 +1013,7 @@ def main() -> None:
     )
     walls["markov_robustness"] = time.perf_counter() - t
     total = time.perf_counter() - t0
-    _replace(DOC, RUN_START, RUN_END, run_line(uptime, loads, walls))
+    _docs.replace_block(DOC, RUN_START, RUN_END, run_line(uptime, loads, walls))
     print(f"total wall time {total:.0f} s ({total / 60:.1f} min); {walls}", flush=True)
 
 

@@ -272,11 +272,11 @@ def main(argv=None) -> int:
     (args.out / "table.md").write_text(text + "\n")
     print(text)
     if args.write_docs:
-        from benchmarks.quiet import replace_block
+        from experiments._docs import replace_block
 
         paths = figures(traj, stages, pi, FIGS)
         figs = [f"![{q.stem}](figures/{q.name})" for q in paths]
-        replace_block(DOC, START, END, "\n\n".join([text, *figs]) + "\n")
+        replace_block(DOC, START, END, "\n\n".join([text, *figs]) + "\n", append=True)
     else:
         figures(traj, stages, pi, args.out)
     return 0

@@ -62,8 +62,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,6 +72,7 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
+from experiments import _docs  # noqa: E402
 from gflow.analysis.stage_observables import StageObservables  # noqa: E402
 from gflow.analysis.stages import detect_stages  # noqa: E402
 from gflow.dynamics.flow import solve_flow  # noqa: E402
@@ -302,7 +301,7 @@ def run(
     saved = read_json(path) if path.exists() else {}
     runs = saved.setdefault("runs", {})
     sessions = saved.setdefault("sessions", [])
-    session = {"uptime_at_start": _uptime(), "argv": list(argv), "flows": 0}
+    session = {"uptime_at_start": _docs.uptime(), "argv": list(argv), "flows": 0}
     index = len(sessions)  # appended with its first flow
     for name, conf in configurations(cfg).items():
         if only and name not in only:
@@ -474,13 +473,6 @@ def plot(cfg: Config, summ: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
-def _uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def doc_text(
     cfg: Config, saved: dict, summ: dict, command: str, figure: str | None = None
 ) -> str:
@@ -530,12 +522,10 @@ def doc_text(
 def write_docs(doc: Path, text: str) -> None:
     """Put ``text`` in the robustness block of ``doc``, appending the section (heading
     and markers) at the end of the document the first time."""
-    from benchmarks.quiet import replace_block
-
     if START not in doc.read_text():
         body = doc.read_text().rstrip("\n")
         doc.write_text(f"{body}\n\n## Robustness (issue 13.5)\n\n{START}\n{END}\n")
-    replace_block(doc, START, END, text)
+    _docs.replace_block(doc, START, END, text)
 
 
 def main(argv=None) -> None:
@@ -549,7 +539,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     cfg = Config(seeds=(0,)) if args.quick else Config()
     suffix = "_quick" if args.quick else ""
-    print(f"start: {_uptime()}", flush=True)
+    print(f"start: {_docs.uptime()}", flush=True)
     argv = sys.argv[1:] if argv is None else list(argv)
     path = args.out / f"results{suffix}.json"
     saved = run(cfg, path, only=tuple(args.only), argv=argv)

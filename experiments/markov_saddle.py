@@ -38,6 +38,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments import _docs  # noqa: E402
 from gflow.analysis.asymmetry import (  # noqa: E402
     block_singular_values,
     embed_rank_one,
@@ -897,17 +898,12 @@ def plot_asymmetry(r: dict, fig_dir: Path) -> None:
 
 
 def table(rows) -> str:
-    lines = ["| claim | predicted | measured | verdict |", "|---|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    return "\n".join(lines) + "\n"
+    return _docs.table(["claim", "predicted", "measured", "verdict"], rows) + "\n"
 
 
 def write_docs(text: str, path: Path = DOC) -> None:
     """Replace the block between the table markers of docs/markov_saddle.md."""
-    start, end = "<!-- table:start -->", "<!-- table:end -->"
-    doc = path.read_text()
-    i, j = doc.index(start) + len(start), doc.index(end)
-    path.write_text(doc[:i] + "\n" + text + doc[j:])
+    _docs.replace_block(path, "<!-- table:start -->", "<!-- table:end -->", text)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ import equinox as eqx  # noqa: E402
 import numpy as np  # noqa: E402
 
 import gflow  # noqa: E402
+from experiments import _docs  # noqa: E402
 from gflow.plotting.monitor import plot_monitor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,9 +121,7 @@ def main(argv=None) -> int:
     text = run(args.t1)
     print(text)
     if args.write_docs:
-        doc = DOC.read_text()
-        i, j = doc.index(START) + len(START), doc.index(END)
-        DOC.write_text(doc[:i] + "\n" + text + "\n" + doc[j:])
+        _docs.replace_block(DOC, START, END, text + "\n")
         (ROOT / "docs" / "figures").mkdir(exist_ok=True)
         shutil.copy(OUT / "monitor_markov.png", ROOT / "docs" / "figures")
     return 0

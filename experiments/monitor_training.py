@@ -81,7 +81,6 @@ import dataclasses
 import datetime
 import os
 import platform
-import re
 import shutil
 import sys
 import time
@@ -93,6 +92,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from experiments import _docs
 from gflow import AdamW, Monitor, detect_head_stages, sequence_loss
 from gflow.runs.files import read_json, write_json
 from gflow.runs.train_run import TrainConfig, init_model, prepare
@@ -631,16 +631,7 @@ def summary(results: dict, figure: str | None, command: str, where: str) -> str:
 
 def write_doc(text: str, doc: Path) -> None:
     """Replace the generated block of the doc, and nothing else."""
-    old = doc.read_text()
-    if START not in old or END not in old:
-        raise ValueError(f"{doc} lacks the markers {START} ... {END}")
-    new = re.sub(
-        re.escape(START) + ".*?" + re.escape(END),
-        lambda _: f"{START}\n{text}{END}",
-        old,
-        flags=re.S,
-    )
-    doc.write_text(new)
+    _docs.replace_block(doc, START, END, text)
 
 
 def main(argv=None) -> int:

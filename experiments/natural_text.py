@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments import _docs
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 OUT = ROOT / "experiments" / "results" / "natural_text"
@@ -498,9 +500,7 @@ def main(argv=None) -> int:
     (out_root / "summary.json").write_text(json.dumps(results, indent=2) + "\n")
     print(text)
     if args.write_docs and not args.quick:
-        doc = DOC.read_text()
-        i, j = doc.index(START) + len(START), doc.index(END)
-        DOC.write_text(doc[:i] + "\n" + text + "\n" + doc[j:])
+        _docs.replace_block(DOC, START, END, text + "\n")
         figures = ROOT / "docs" / "figures"
         figures.mkdir(exist_ok=True)
         for corpus in results:  # the flow's rows and the first AdamW seed's

@@ -327,14 +327,16 @@ def main(argv=None) -> int:
     (args.out / "table.md").write_text(text + "\n\n" + note + "\n")
     print(text)
     if args.write_docs:
-        from benchmarks.quiet import replace_block
+        from experiments._docs import replace_block
 
         figs = []
         for path in paths:
             target = ROOT / "docs" / "figures" / f"across_cycles_{path.name}"
             shutil.copyfile(path, target)
             figs.append(f"![{path.stem}](figures/{target.name})")
-        replace_block(DOC, START, END, "\n\n".join([text, note, *figs]) + "\n")
+        replace_block(
+            DOC, START, END, "\n\n".join([text, note, *figs]) + "\n", append=True
+        )
     return 0
 
 

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import jax
 import jaxtyping
@@ -12,6 +13,11 @@ import pytest
 from gflow import AttentionModel, MarkovChain, PopulationLoss
 
 jax.config.update("jax_enable_x64", True)
+# tests import the experiment scripts by name (`from experiments import
+# markov_cycle`): the repository root on sys.path, also under a bare `pytest`
+# (whose rootdir puts only tests/ there)
+if (_root := str(Path(__file__).resolve().parents[1])) not in sys.path:
+    sys.path.insert(0, _root)
 # `python -m gflow` processes started by tests: no persistent compilation cache
 os.environ.setdefault("GFLOW_COMPILE_CACHE", "0")
 

@@ -1,10 +1,7 @@
 """Sweeps over the whole cycle: each member's own sharpness against its stability
 bound and its own stages (``gflow sweep --member-stages``, issue 19)."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -66,11 +63,8 @@ def _record(optimizer, lr, stages, edge_time, final, central=None):
 
 
 def test_experiment_table_gives_mean_and_sd_over_seeds_and_stage_agreement():
-    path = Path(__file__).parents[1] / "experiments" / "optimizers_across_cycles.py"
-    spec = importlib.util.spec_from_file_location("across_cycles", path)
-    exp = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = exp  # dataclasses look their module up
-    spec.loader.exec_module(exp)
+    from experiments import optimizers_across_cycles as exp
+
     flow = {"stages": [{"stage": "condensation", "cycle": 1}], "lambda_max": [0.5, 9]}
     one = [("condensation", 1), ("focus", 1)]
     seeds = [

@@ -302,15 +302,8 @@ def test_sweep_cli_with_rmsprops_central_flow(tmp_path):
 
 @pytest.mark.slow
 def test_the_beyond_gd_experiment_writes_its_table_and_figure(tmp_path):
-    import importlib.util
-    from pathlib import Path
+    from experiments import central_flows_beyond_gd as module
 
-    path = Path(__file__).resolve().parents[1] / "experiments"
-    spec = importlib.util.spec_from_file_location(
-        "central_flows_beyond_gd", path / "central_flows_beyond_gd.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     (case,) = [c for c in module.CASES if c[0] == "rmsprop-toy"]
     rec = module.run_case(case, saves=21)
     assert rec["central_status"] == rec["stable_status"] == "success"

@@ -1,26 +1,17 @@
 """experiments/deep_cycle.py: the quick path end to end (Markov only, ~20 s), and
 its departure rule on made-up curves."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
 def deep_cycle():
-    spec = importlib.util.spec_from_file_location(
-        "deep_cycle", ROOT / "experiments" / "deep_cycle.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["deep_cycle"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    from experiments import deep_cycle
+
+    return deep_cycle
 
 
 @pytest.mark.slow  # 15-20 s: CI's slow step runs it

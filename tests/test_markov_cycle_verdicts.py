@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def mc():
-    spec = importlib.util.spec_from_file_location(
-        "markov_cycle", ROOT / "experiments" / "markov_cycle.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["markov_cycle"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    from experiments import markov_cycle
+
+    return markov_cycle
 
 
 def test_slope_within_two_percent_is_reproduced(mc):

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from experiments import markov_robustness as mr
 from gflow.analysis.stages import Stage
 from gflow.problems.markov import MarkovChain
-
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location(
-    "markov_robustness", ROOT / "experiments" / "markov_robustness.py"
-)
-mr = importlib.util.module_from_spec(_spec)
-sys.modules["markov_robustness"] = mr  # dataclasses look their module up there
-_spec.loader.exec_module(mr)
 
 PI = np.array(mr.PI)
 

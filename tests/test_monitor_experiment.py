@@ -6,9 +6,7 @@ multiplier exactly at the step at which the first dilution was reported (and onl
 then), the two arms agree bit for bit until it, and the doc is left alone.
 """
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +18,9 @@ CORPUS = ROOT.parent / "shared" / "data" / "tinystories" / "sample.txt"
 
 @pytest.fixture(scope="module")
 def monitor_training():
-    spec = importlib.util.spec_from_file_location(
-        "monitor_training", ROOT / "experiments" / "monitor_training.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["monitor_training"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    from experiments import monitor_training
+
+    return monitor_training
 
 
 @pytest.mark.slow  # ~10 s: CI's slow step runs it
