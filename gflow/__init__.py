@@ -22,6 +22,7 @@ from gflow.problems.losses import sequence_loss as sequence_loss
 # Dynamics: how it moves (flows, optimizers on the shared clock, references, sweeps).
 from gflow.dynamics import solvers as solvers
 from gflow.dynamics.trajectory import STATUSES as STATUSES
+from gflow.dynamics.trajectory import Status as Status
 from gflow.dynamics.trajectory import Trajectory as Trajectory
 from gflow.dynamics.trajectory import parameter_distance as parameter_distance
 from gflow.dynamics.metrics import evaluate_metrics as evaluate_metrics
@@ -155,6 +156,7 @@ __all__ = [
     "Stage",
     "StageDetector",
     "StageObservables",
+    "Status",
     "SweepRun",
     "TextLoss",
     "TextObservables",

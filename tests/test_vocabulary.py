@@ -3,6 +3,7 @@ package's public surface after a plain ``import gflow``."""
 
 import subprocess
 import sys
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +30,13 @@ from gflow import (
 )
 
 
-def test_status_words_are_shared_by_flows_optimizers_and_sweeps():
+def test_the_status_type_is_the_status_words():
+    assert typing.get_args(gflow.Status) == gflow.STATUSES
+    assert typing.get_type_hints(Trajectory)["status"] == gflow.Status
+    assert "Status" in gflow.__all__
+
+
+def test_status_words_are_shared_by_flows_optimizers_and_sweeps(unchecked):
     assert STATUSES == ("success", "max_steps", "diverged", "failed")
     with pytest.raises(ValueError, match="status must be one of"):
         Trajectory(

@@ -16,7 +16,7 @@ from jaxtyping import Array, ArrayLike, PyTree, Real
 from gflow.array_types import LossFn, Model, Observables
 from gflow.dynamics.metrics import evaluate_metrics
 from gflow.dynamics.solvers import AutoSwitch
-from gflow.dynamics.trajectory import Trajectory
+from gflow.dynamics.trajectory import Status, Trajectory
 
 DEFAULT_NUM_SAVES = 201
 
@@ -173,7 +173,7 @@ def _grad_evals(solver, n_steps, n_accepted, num_evals):
     return None if per_step is None else 1 + per_step * n_steps
 
 
-def _status(code: int, metrics_ok: bool) -> str:
+def _status(code: int, metrics_ok: bool) -> Status:
     """The status of a solve from ``_solve_arrays``' result code."""
     if not metrics_ok:
         return "diverged"

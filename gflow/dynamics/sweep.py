@@ -33,7 +33,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PyTree, Real, Scalar
 
 from gflow.array_types import LossFn, Model, RealVector
 from gflow.dynamics.optimizer_step import DEFAULT_BLOWUP, guarded_step
-from gflow.dynamics.trajectory import Trajectory
+from gflow.dynamics.trajectory import Status, Trajectory
 
 #: Name of the mesh axis that members are sharded over.
 MEMBER_AXIS = "members"
@@ -189,7 +189,7 @@ class SweepRun:
             return None
         return float(self.first_rise_step[m] * self.lrs[m])
 
-    def status(self, m: int) -> str:
+    def status(self, m: int) -> Status:
         """Member m's status: ``"success"`` or ``"diverged"`` (``STATUSES``)."""
         return "diverged" if self.diverged_step[m] >= 0 else "success"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal, get_args
 
 import equinox as eqx
 import jax
@@ -11,8 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree, Real
 
-#: Status values shared by flows and optimizer runs.
-STATUSES = ("success", "max_steps", "diverged", "failed")
+#: How a flow or an optimizer run ended: it reached t1 (``success``), ran out of
+#: its step budget (``max_steps``), left the finite numbers (``diverged``), or the
+#: solver gave up for another reason (``failed``).
+Status = Literal["success", "max_steps", "diverged", "failed"]
+
+#: The values of ``Status``, in its order.
+STATUSES: tuple[Status, ...] = get_args(Status)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +30,7 @@ class Trajectory:
         final: the model at the end of the run (at the last valid time).
         params: the model with a leading time axis [n, ...] on every array, or None
             when snapshots were not asked for.
-        status: one of ``STATUSES``.
+        status: how the run ended, a ``Status`` (one of ``STATUSES``).
         stats: solver or optimizer statistics (steps, gradient evaluations, ...).
         info: what produced the run (solver or optimizer, tolerances, step sizes).
     """
@@ -34,7 +39,7 @@ class Trajectory:
     metrics: dict[str, np.ndarray]
     final: PyTree
     params: PyTree = None
-    status: str = "success"
+    status: Status = "success"
     stats: dict[str, Any] = dataclasses.field(default_factory=dict)
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -48,7 +48,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from gflow.array_types import LossFn, Model, Observables, RealVector
 from gflow.dynamics.references.base import AbstractReference, evaluate_along
-from gflow.dynamics.trajectory import Trajectory
+from gflow.dynamics.trajectory import Status, Trajectory
 
 
 class AbstractCentralFlow(AbstractReference):
@@ -164,7 +164,7 @@ def central_trajectory(
     """The Trajectory of an integrated central flow ``out`` = (ws, λ, ½⟨Σ, H⟩, ok),
     ``substeps`` per step of size ``lr``."""
     ws, lam, extra_loss, finite = (np.asarray(x) for x in out)
-    status = "success" if finite.all() else "diverged"
+    status: Status = "success" if finite.all() else "diverged"
     snaps = jax.vmap(unravel)(jnp.asarray(ws))
     last = int(np.nonzero(finite)[0][-1]) if finite.any() else 0
     loss = np.asarray(jax.vmap(flat_loss)(jnp.asarray(ws)))
