@@ -69,9 +69,9 @@ def run(t1: float) -> str:
     def flow_stage(e):
         """The flow's stage of the same name and cycle (per-head rules read the
         head's W_A, the flow's W_E: the head's lifting has no flow counterpart)."""
-        if e["event"] == "asymmetry_lifting" and e["layer"] >= 0:
+        if e.stage == "asymmetry_lifting" and e.layer >= 0:
             return None
-        same = [s for s in flow_stages if (s.name, s.cycle) == (e["event"], e["cycle"])]
+        same = [s for s in flow_stages if (s.stage, s.cycle) == (e.stage, e.cycle)]
         return same[0] if same else None
 
     rows = [
@@ -81,15 +81,15 @@ def run(t1: float) -> str:
     ]
     for e in mon.events:
         s = flow_stage(e)
-        delay = mon.detector.delay(dt) if e["event"] == "condensation" else dt
+        delay = mon.detector.delay(dt) if e.stage == "condensation" else dt
         inside = "—" if s is None else (
-            "yes" if s.t_start - delay <= e["t"] <= s.t_end + delay else "no"
+            "yes" if s.t_start - delay <= e.t_start <= s.t_end + delay else "no"
         )  # fmt: skip
-        where = "global" if e["layer"] < 0 else f"L{e['layer']}H{e['head']}"
+        where = "global" if e.layer < 0 else f"L{e.layer}H{e.head}"
         span = "—" if s is None else f"[{s.t_start:.0f}, {s.t_end:.0f}]"
         rows.append(
-            f"| {e['event']} | {e['cycle']} | {where} ({e['signal']}) | {e['t']:.0f} "
-            f"| {e['t_onset']:.0f} | {span} | {inside} |"
+            f"| {e.stage} | {e.cycle} | {where} ({e.signal}) | {e.t_start:.0f} "
+            f"| {e.onset:.0f} | {span} | {inside} |"
         )
     flow_rows = ", ".join(
         f"{s.name} {s.cycle} [{s.t_start:.0f}, {s.t_end:.0f}]" for s in flow_stages

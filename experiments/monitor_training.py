@@ -256,17 +256,13 @@ def run_arm(cfg, data, trainer, model, seed, arm, out_dir, *, log=print) -> dict
     key = jax.random.key(seed)
 
     def react(event):
-        if (
-            arm == "halve"
-            and event["event"] == "dilution"
-            and state["reaction"] is None
-        ):
+        if arm == "halve" and event.stage == "dilution" and state["reaction"] is None:
             state["multiplier"] = cfg.reaction
             state["reaction"] = {
-                "step": event["step"],
-                "t": event["t"],
-                "layer": event["layer"],
-                "head": event["head"],
+                "step": event.step,
+                "t": event.t_start,
+                "layer": event.layer,
+                "head": event.head,
                 "multiplier": cfg.reaction,
             }
 
@@ -301,7 +297,7 @@ def run_arm(cfg, data, trainer, model, seed, arm, out_dir, *, log=print) -> dict
             etas.append(eta)
             t += eta
             train_loss.append(float(loss))
-        events = list(monitor.events)
+        events = [e.to_dict() for e in monitor.events]  # results.json's records
         offline = offline_stages(monitor, data.unigram_loss)
     wall = time.perf_counter() - start
     names = " ".join(_event_label(e) for e in events) or "no event"

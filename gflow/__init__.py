@@ -78,7 +78,7 @@ from gflow.analysis.observables import singular_values as singular_values
 from gflow.analysis.stage_observables import StageObservables as StageObservables
 from gflow.analysis.stage_observables import effective_rank as effective_rank
 from gflow.analysis.stage_observables import token_coordinates as token_coordinates
-from gflow.analysis.stages import Stage as Stage
+from gflow.analysis.stage import Stage as Stage
 from gflow.analysis.stages import StageDetector as StageDetector
 from gflow.analysis.stages import detect_stages as detect_stages
 from gflow.analysis.head_observables import HeadObservables as HeadObservables

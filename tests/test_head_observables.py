@@ -3,6 +3,8 @@ known answers (uniform attention, a hand-built one-layer model, NumPy oracles), 
 observables inside a flow and under vmap, and the per-head stage rules on
 constructed signals with closed-form stage edges."""
 
+import json
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -456,6 +458,36 @@ def test_missing_metrics_and_bad_head_stages_are_refused():
         "stage": "dilution", "t_start": 1.0, "t_end": 2.0, "cycle": 2,
         "layer": 1, "head": 0,
     }  # fmt: skip
+
+
+#: stages.json of ``_head_trajectory()`` as detect_head_stages wrote it when it
+#: returned HeadStage, a subclass of Stage: layer and head last, -1 for the global
+#: condensation.
+HEAD_STAGES_JSON = (
+    '[{"stage": "condensation", "t_start": 0.0, "t_end": 15.5, "cycle": 1, '
+    '"layer": -1, "head": -1}, '
+    '{"stage": "focus", "t_start": 68.5, "t_end": 92.0, "cycle": 1, '
+    '"layer": 0, "head": 1}, '
+    '{"stage": "dilution", "t_start": 135.5, "t_end": 165.0, "cycle": 1, '
+    '"layer": 0, "head": 1}, '
+    '{"stage": "asymmetry_lifting", "t_start": 264.0, "t_end": 410.5, "cycle": 1, '
+    '"layer": 0, "head": 1}, '
+    '{"stage": "focus", "t_start": 282.5, "t_end": 318.0, "cycle": 1, '
+    '"layer": 1, "head": 0}, '
+    '{"stage": "focus", "t_start": 676.5, "t_end": 724.0, "cycle": 2, '
+    '"layer": 0, "head": 1}, '
+    '{"stage": "dilution", "t_start": 726.5, "t_end": 774.0, "cycle": 2, '
+    '"layer": 0, "head": 1}]'
+)
+
+
+def test_head_stages_are_stages_with_the_old_json():
+    assert HeadStage is gflow.Stage  # the old name, kept for old imports
+    stages = detect_head_stages(_head_trajectory()[0])
+    assert all(type(s) is gflow.Stage and not s.is_event for s in stages)
+    assert json.dumps([s.to_dict() for s in stages]) == HEAD_STAGES_JSON
+    assert [gflow.Stage.from_dict(d) for d in json.loads(HEAD_STAGES_JSON)] == stages
+    assert [gflow.Stage.from_dict(s.to_dict()) for s in stages] == stages
 
 
 # ---------------------------------------------------------------- figures

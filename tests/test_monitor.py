@@ -2,6 +2,7 @@
 flow's window), agreement with the offline rules, every attending model, the files
 (incremental, surviving SIGKILL, resumable), callbacks, TensorBoard and the report."""
 
+import json
 import os
 import signal
 import subprocess
@@ -76,7 +77,7 @@ def _event(events, name, layer=0, head=0, cycle=1):
     found = [
         e
         for e in events
-        if (e["event"], e["layer"], e["head"], e["cycle"]) == (name, layer, head, cycle)
+        if (e.stage, e.layer, e.head, e.cycle) == (name, layer, head, cycle)
     ]
     assert len(found) == 1, (name, events)
     return found[0]
@@ -88,11 +89,11 @@ def test_focus_lies_in_the_flows_window(markov_run, flow_focus):
     _, mon = markov_run
     delay = mon.every * ETA  # one observation interval on the clock
     focus = _event(mon.events, "focus")
-    assert flow_focus[0] - delay <= focus["t"] <= flow_focus[1] + delay
+    assert flow_focus[0] - delay <= focus.t_start <= flow_focus[1] + delay
     cond = _event(mon.events, "condensation", -1, -1)
-    assert cond["t"] < focus["t"] < _event(mon.events, "dilution")["t"]
+    assert cond.t_start < focus.t_start < _event(mon.events, "dilution").t_start
     lift = _event(mon.events, "asymmetry_lifting", -1, -1)  # σ₂(W_E), t ≈ 124-338
-    assert focus["t"] < lift["t"] < 200
+    assert focus.t_start < lift.t_start < 200
 
 
 def test_online_events_agree_with_the_offline_rules(markov_run):
@@ -100,22 +101,24 @@ def test_online_events_agree_with_the_offline_rules(markov_run):
     dt = mon.every * ETA
     offline = mon.offline_stages()
     for e in mon.events:
-        if e["layer"] < 0 and e["event"] == "asymmetry_lifting":
+        if e.layer < 0 and e.stage == "asymmetry_lifting":
             continue  # the embedding's lifting: test_online_stages checks it
         (match,) = [
             s
             for s in offline
-            if (s.name, s.layer, s.head, s.cycle)
-            == (e["event"], e["layer"], e["head"], e["cycle"])
+            if (s.name, s.layer, s.head, s.cycle) == (e.stage, e.layer, e.head, e.cycle)
         ]
-        delay = mon.detector.delay(dt) if e["event"] == "condensation" else dt
-        assert match.t_start - delay <= e["t"] <= match.t_end + delay, (e, match)
+        delay = mon.detector.delay(dt) if e.stage == "condensation" else dt
+        assert match.t_start - delay <= e.t_start <= match.t_end + delay, (e, match)
 
 
 def test_files_hold_what_the_monitor_saw(markov_run):
     out, mon = markov_run
     traj, events, cfg = gflow.load_monitor(out)
     assert events == mon.events
+    assert all(type(e) is gflow.Stage and e.is_event for e in events)
+    lines = (out / "events.jsonl").read_text().splitlines()
+    assert lines == [json.dumps(e.to_dict()) for e in mon.events]
     mine = mon.trajectory()
     np.testing.assert_array_equal(traj.t, mine.t)
     assert traj.t.size == 200 // (4 * ETA) + 1
@@ -272,7 +275,7 @@ def test_callbacks_see_every_event_in_order(tmp_path):
     _markov_gd(mon, 120.0)
     mon.close()
     assert seen == also == mon.events
-    assert [e["event"] for e in seen][:2] == ["condensation", "focus"]
+    assert [e.stage for e in seen][:2] == ["condensation", "focus"]
 
 
 _KILLED = """
@@ -302,8 +305,8 @@ def test_a_killed_loop_keeps_its_rows_and_events_and_resumes(tmp_path, markov_ru
     traj, events, _ = gflow.load_monitor(out)
     assert traj.t.size == 100  # nothing lost: every observation made is on disk
     _, full = markov_run
-    assert events == [e for e in full.events if e["step"] <= 4 * 99]
-    assert any(e["event"] == "focus" for e in events)
+    assert events == [e for e in full.events if e.step <= 4 * 99]
+    assert any(e.stage == "focus" for e in events)
     # a partial line (a writer killed mid-write) is skipped by the readers
     with open(out / "metrics.csv", "a") as f:
         f.write("400,100.0,1.3")
@@ -339,6 +342,4 @@ def test_tensorboard_scalars_match_the_csv(tmp_path):
     np.testing.assert_allclose(loss, traj.metrics["loss"], rtol=1e-6)
     assert [s.step for s in acc.Scalars("loss")] == list(traj.metrics["step"])
     focus = acc.Scalars("event/focus/L0H0")
-    assert [s.step for s in focus] == [
-        e["step"] for e in events if e["event"] == "focus"
-    ]
+    assert [s.step for s in focus] == [e.step for e in events if e.stage == "focus"]

@@ -2,6 +2,7 @@
 signals, the stated delay bound, no look-ahead, and agreement with the offline
 rules on the same signals."""
 
+import json
 import math
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gflow import OnlineStageDetector, StageDetector
+from gflow import OnlineStageDetector, Stage, StageDetector
 from gflow.analysis.head_stages import detect_head_stages
 from gflow.dynamics.trajectory import Trajectory
 
@@ -56,7 +57,7 @@ def _one(events, name, layer=0, head=0, cycle=1):
     found = [
         e
         for e in events
-        if (e["event"], e["layer"], e["head"], e["cycle"]) == (name, layer, head, cycle)
+        if (e.stage, e.layer, e.head, e.cycle) == (name, layer, head, cycle)
     ]
     assert len(found) == 1, (name, layer, head, cycle, events)
     return found[0]
@@ -73,21 +74,21 @@ def test_crossings_are_reported_within_one_interval(dt):
     s0 = float(_sigmoid((0.0 - 40.0) / 3.0))
     t_star = 40.0 + 3.0 * math.log((s0 + 0.1) / (1 - s0 - 0.1))
     focus = _one(ev, "focus")
-    assert cond["t"] < t_star <= focus["t"] < t_star + dt + 1e-9
-    assert focus["reference"] - focus["value"] >= 0.1
+    assert cond.t_start < t_star <= focus.t_start < t_star + dt + 1e-9
+    assert focus.reference - focus.value >= 0.1
     # onset: the last time the entropy was within 5% of 0.1 nat of its maximum
     near = 40.0 + 3.0 * math.log((s0 + 0.005) / (1 - s0 - 0.005))
-    assert near - dt < focus["t_onset"] <= near
+    assert near - dt < focus.onset <= near
     # asymmetry lifting of the head: 4-fold growth over the value at focus
     lift = _one(ev, "asymmetry_lifting")
-    base = max(focus["t"], 60.0)
-    assert base + math.log(4) / 0.05 <= lift["t"] < base + math.log(4) / 0.05 + dt
-    assert base + math.log(2) / 0.05 <= lift["t_onset"] < base + math.log(2) / 0.05 + dt
+    base = max(focus.t_start, 60.0)
+    assert base + math.log(4) / 0.05 <= lift.t_start < base + math.log(4) / 0.05 + dt
+    assert base + math.log(2) / 0.05 <= lift.onset < base + math.log(2) / 0.05 + dt
     # the embedding's lifting opens at the first focus; σ₂(W_E) grows after 50
     emb = _one(ev, "asymmetry_lifting", -1, -1)
-    base = max(focus["t"], 50.0)
-    assert base + math.log(4) / 0.08 <= emb["t"] < base + math.log(4) / 0.08 + dt
-    assert _one(ev, "dilution")["t"] < lift["t"]
+    base = max(focus.t_start, 50.0)
+    assert base + math.log(4) / 0.08 <= emb.t_start < base + math.log(4) / 0.08 + dt
+    assert _one(ev, "dilution").t_start < lift.t_start
 
 
 def test_condensation_is_the_end_of_the_loss_fall_with_the_stated_delay():
@@ -99,7 +100,7 @@ def test_condensation_is_the_end_of_the_loss_fall_with_the_stated_delay():
     # s(1 - s) = 0.0125; the measured rate is a difference over 2 intervals
     s = (1 + math.sqrt(1 - 4 * 0.0125)) / 2
     t_star = 10.0 + math.log(s / (1 - s))
-    assert t_star - det.delay(dt) <= cond["t"] <= t_star + det.delay(dt)
+    assert t_star - det.delay(dt) <= cond.t_start <= t_star + det.delay(dt)
     assert det.delay(dt) == 2 * dt
 
 
@@ -109,24 +110,26 @@ def test_agrees_with_the_offline_rules_on_the_same_signals():
     sig = _signals(t, layers=2, heads=2)
     det = _feed(t, sig)
     offline = detect_head_stages(Trajectory(t=t, metrics=sig, final=None))
-    per_head = [e for e in det.events if e["layer"] >= 0]
+    per_head = [e for e in det.events if e.layer >= 0]
     assert len(per_head) == 4 * 3  # focus, dilution, lifting of every head
     for e in det.events:
-        if e["event"] == "asymmetry_lifting" and e["layer"] < 0:
+        if e.stage == "asymmetry_lifting" and e.layer < 0:
             continue  # the embedding's lifting is the one-layer rule (below)
         match = [
             s
             for s in offline
-            if (s.name, s.layer, s.head, s.cycle)
-            == (e["event"], e["layer"], e["head"], e["cycle"])
+            if (s.name, s.layer, s.head, s.cycle) == (e.stage, e.layer, e.head, e.cycle)
         ]
         assert len(match) == 1, e
-        delay = det.delay(dt) if e["event"] == "condensation" else dt
-        assert match[0].t_start - delay <= e["t"] <= match[0].t_end + delay, (e, match)
+        delay = det.delay(dt) if e.stage == "condensation" else dt
+        assert match[0].t_start - delay <= e.t_start <= match[0].t_end + delay, (
+            e,
+            match,
+        )
     focus = min(s.t_start for s in offline if s.name == "focus")
     growth = StageDetector().growth(t, sig["sv_W_E"][:, 1], after=focus)
     emb = _one(det.events, "asymmetry_lifting", -1, -1)
-    assert growth[0] <= emb["t"] <= growth[1] + dt
+    assert growth[0] <= emb.t_start <= growth[1] + dt
 
 
 def test_cycle_two_opens_after_the_lifting():
@@ -145,11 +148,11 @@ def test_cycle_two_opens_after_the_lifting():
     ev = _feed(t, sig).events
     lift = _one(ev, "asymmetry_lifting")
     f2, d2 = _one(ev, "focus", cycle=2), _one(ev, "dilution", cycle=2)
-    assert lift["t"] < f2["t"] and lift["t"] < d2["t"]
-    assert f2["value"] - f2["reference"] >= 0.1 and f2["signal"] == "head_self"
-    assert d2["reference"] - d2["value"] >= 0.1 and d2["signal"] == "head_on_top"
+    assert lift.t_start < f2.t_start and lift.t_start < d2.t_start
+    assert f2.value - f2.reference >= 0.1 and f2.signal == "head_self"
+    assert d2.reference - d2.value >= 0.1 and d2.signal == "head_on_top"
     lift2 = _one(ev, "asymmetry_lifting", cycle=2)
-    assert 220 + math.log(4) / 0.1 <= lift2["t"] < 220 + math.log(4) / 0.1 + 1
+    assert 220 + math.log(4) / 0.1 <= lift2.t_start < 220 + math.log(4) / 0.1 + 1
 
 
 def test_a_head_that_collapsed_during_condensation_is_reported_with_it():
@@ -161,11 +164,11 @@ def test_a_head_that_collapsed_during_condensation_is_reported_with_it():
     ev = _feed(t, sig).events
     cond, focus = _one(ev, "condensation", -1, -1), _one(ev, "focus")
     assert ev.index(cond) < ev.index(focus)
-    assert focus["t"] == cond["t"] and focus["step"] == cond["step"]
+    assert focus.t_start == cond.t_start and focus.step == cond.step
     s0 = float(_sigmoid(-8.0))
     near = 8.0 + math.log((s0 + 0.005) / (1 - s0 - 0.005))
-    assert near - 0.5 < focus["t_onset"] <= near < cond["t"]
-    assert focus["reference"] - focus["value"] > 0.9
+    assert near - 0.5 < focus.onset <= near < cond.t_start
+    assert focus.reference - focus.value > 0.9
 
 
 def test_nothing_before_condensation_and_no_signal_no_stage():
@@ -174,10 +177,10 @@ def test_nothing_before_condensation_and_no_signal_no_stage():
     flat = dict(sig, loss=np.full(t.size, 1.0))  # the loss never falls
     assert _feed(t, flat).events == []
     no_q = dict(sig, head_tracked_on_top=np.zeros((t.size, 1, 1, 0)))
-    names = {e["event"] for e in _feed(t, no_q).events if e["layer"] == 0}
+    names = {e.stage for e in _feed(t, no_q).events if e.layer == 0}
     assert names == {"focus", "asymmetry_lifting"}  # no tracked query: no dilution
     no_sv = {k: v for k, v in sig.items() if not k.startswith("sv_")}
-    names = {e["event"] for e in _feed(t, no_sv).events}
+    names = {e.stage for e in _feed(t, no_sv).events}
     assert names == {"condensation", "focus", "dilution"}
 
 
@@ -195,7 +198,67 @@ def test_no_look_ahead(seed, cut):
     sig = {k: v * np.exp(0.05 * rng.standard_normal(v.shape)) for k, v in sig.items()}
     full = _feed(t, sig).events
     part = _feed(t[:cut], {k: v[:cut] for k, v in sig.items()}).events
-    assert part == [e for e in full if e["step"] < cut]
+    assert part == [e for e in full if e.step < cut]
+
+
+def _steps(n=46):
+    """Piecewise-linear signals with exact values, observed at t = step / 2: the loss
+    falls 0.25 a step from step 2 to 6 (1.5 -> 0.5), the entropy 0.25 a step from
+    step 10 (3 -> 2), the tracked queries' attention on top drops 0.5 -> 0.25 at
+    step 20, σ₂(W_A) triples every step from 0.25 after step 30, σ₂(W_E) from 0.25
+    after step 40."""
+    step = np.arange(n)
+    sva = np.where(step < 30, 0.25, 0.25 * 3.0 ** np.clip(step - 30, 0, None))
+    sve = np.where(step < 40, 0.25, 0.25 * 3.0 ** np.clip(step - 40, 0, None))
+    trk = np.where(step >= 20, 0.25, 0.5)
+    signals = {
+        "loss": np.interp(step, [0, 2, 6, n], [1.5, 1.5, 0.5, 0.5]),
+        "head_entropy": np.interp(step, [0, 10, 14, n], [3.0, 3.0, 2.0, 2.0])[
+            :, None, None
+        ],
+        "head_on_top": np.full((n, 1, 1), 0.9),
+        "head_tracked_on_top": np.broadcast_to(trk[:, None, None, None], (n, 1, 1, 2)),
+        "head_self": np.full((n, 1, 1), 0.2),
+        "sv_W_A": np.stack([np.ones(n), sva], -1)[:, None, None, :],
+        "sv_W_E": np.stack([np.ones(n), sve], -1),
+    }
+    return 0.5 * step, signals
+
+
+#: The events.jsonl lines of ``_steps`` as the detector wrote them when its events
+#: were dicts; by the rules: condensation once the loss rate over two intervals is
+#: 0 (step 8), onset the first observation; focus at the first 0.25-nat fall (step
+#: 11, onset step 10); dilution at the drop (step 20); each lifting once σ₂ is 9x
+#: its value when its rule opened (> 4x), onset at 3x (> 2x).
+STEPS_JSONL = """\
+{"event": "condensation", "layer": -1, "head": -1, "cycle": 1, "step": 8, "t": 4.0, \
+"t_onset": 0.0, "signal": "loss", "value": 0.5, "reference": 1.5, "threshold": 0.1}
+{"event": "focus", "layer": 0, "head": 0, "cycle": 1, "step": 11, "t": 5.5, \
+"t_onset": 5.0, "signal": "head_entropy", "value": 2.75, "reference": 3.0, \
+"threshold": 0.1}
+{"event": "dilution", "layer": 0, "head": 0, "cycle": 1, "step": 20, "t": 10.0, \
+"t_onset": 9.5, "signal": "tracked_mean", "value": 0.25, "reference": 0.5, \
+"threshold": 0.1}
+{"event": "asymmetry_lifting", "layer": 0, "head": 0, "cycle": 1, "step": 32, \
+"t": 16.0, "t_onset": 15.5, "signal": "sv_W_A", "value": 2.25, "reference": 0.25, \
+"threshold": 4.0}
+{"event": "asymmetry_lifting", "layer": -1, "head": -1, "cycle": 1, "step": 42, \
+"t": 21.0, "t_onset": 20.5, "signal": "sv_W_E", "value": 2.25, "reference": 0.25, \
+"threshold": 4.0}
+"""
+
+
+def test_events_are_stages_written_as_the_old_jsonl_lines():
+    t, sig = _steps()
+    events = _feed(t, sig).events
+    assert all(type(e) is Stage and e.is_event for e in events)
+    assert [json.dumps(e.to_dict()) for e in events] == STEPS_JSONL.splitlines()
+    for e, line in zip(events, STEPS_JSONL.splitlines()):
+        assert Stage.from_dict(json.loads(line)) == e == Stage.from_dict(e.to_dict())
+        assert e.t_start == e.t_end == json.loads(line)["t"]  # reported at an instant
+    dilution = events[2]
+    assert (dilution.stage, dilution.layer, dilution.head) == ("dilution", 0, 0)
+    assert (dilution.onset, dilution.step, dilution.signal) == (9.5, 20, "tracked_mean")
 
 
 def test_bad_input_is_refused():

@@ -407,6 +407,43 @@ def test_missing_metrics_and_bad_stage():
     assert Stage("focus", 1.0, 1.0, 1).t_end == 1.0  # a stage may take no time
 
 
+#: stages.json of ``_trajectory`` on the grid linspace(0, 400, 801), as
+#: detect_stages wrote it before its Stage became the one type of all detectors.
+FOUR_STAGES_JSON = (
+    '[{"stage": "condensation", "t_start": 0.0, "t_end": 21.0, "cycle": 1}, '
+    '{"stage": "focus", "t_start": 74.5, "t_end": 89.5, "cycle": 1}, '
+    '{"stage": "dilution", "t_start": 107.5, "t_end": 145.0, "cycle": 1}, '
+    '{"stage": "asymmetry_lifting", "t_start": 124.0, "t_end": 269.0, "cycle": 1}]'
+)
+
+
+def test_stages_json_is_unchanged_and_reads_back():
+    stages = detect_stages(_trajectory(np.linspace(0, 400, 801)), pi=PI)
+    assert all(type(s) is Stage for s in stages)
+    assert all(s.layer is s.head is s.onset is s.step is None for s in stages)
+    assert json.dumps([s.to_dict() for s in stages]) == FOUR_STAGES_JSON
+    assert [Stage.from_dict(d) for d in json.loads(FOUR_STAGES_JSON)] == stages
+    assert [Stage.from_dict(s.to_dict()) for s in stages] == stages
+    assert [s.name for s in stages] == [s.stage for s in stages]  # the old spelling
+
+
+def test_one_stage_type_refuses_mixed_fields():
+    with pytest.raises(ValueError, match="both be None"):
+        Stage("focus", 0.0, 1.0, 1, 0)  # a layer without a head
+    with pytest.raises(ValueError, match="needs all of"):
+        Stage("focus", 1.0, 1.0, 1, 0, 0, onset=0.5)  # half an online event
+    event = dict(onset=0.5, step=3, signal="s", value=1.0, reference=2.0)
+    with pytest.raises(ValueError, match="t_start = t_end"):
+        Stage("focus", 1.0, 2.0, 1, 0, 0, threshold=0.1, **event)
+    with pytest.raises(ValueError, match="layer and head"):
+        Stage("focus", 1.0, 1.0, 1, threshold=0.1, **event)
+    e = Stage("focus", 1.0, 1.0, 1, 0, 0, threshold=0.1, **event)
+    assert e.is_event and not Stage("focus", 1.0, 1.0, 1).is_event
+    assert Stage.from_dict(e.to_dict()) == e
+    keys = "event layer head cycle step t t_onset signal value reference threshold"
+    assert list(e.to_dict()) == keys.split()  # events.jsonl's order
+
+
 def _two_phase(w2):
     """ln σ = ln ε + ln 10 s((t - 200)/20) + ln 20 s((t - 600)/w₂), s the logistic:
     a growth, a lull (rate < 1e-3 near t = 400) and a second growth whose peak rate

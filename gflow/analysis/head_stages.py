@@ -44,12 +44,11 @@ and head). A stage still under way at the end of the run ends at the last saved 
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 from jaxtyping import Float
 
-from gflow.analysis.stages import STAGE_NAMES, Stage, StageDetector
+from gflow.analysis.stage import STAGE_NAMES, Stage
+from gflow.analysis.stages import StageDetector
 from gflow.dynamics.trajectory import Trajectory
 
 #: The metrics ``detect_head_stages`` reads (besides ``loss``).
@@ -62,24 +61,8 @@ HEAD_STAGE_METRICS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class HeadStage(Stage):
-    """One stage of one head: a ``Stage`` with the head's layer and index (both -1
-    for the global condensation)."""
-
-    layer: int = -1
-    head: int = -1
-
-    def __post_init__(self):
-        super().__post_init__()
-        if (self.layer < 0 or self.head < 0) and (self.layer, self.head) != (-1, -1):
-            raise ValueError(
-                f"layer and head must both be >= 0, or both -1 (global), got "
-                f"{(self.layer, self.head)}"
-            )
-
-    def to_dict(self) -> dict[str, str | float | int]:
-        return {**super().to_dict(), "layer": int(self.layer), "head": int(self.head)}
+#: The former name of a head's ``Stage`` (one type now; old imports keep working).
+HeadStage = Stage
 
 
 def _first(candidates):
@@ -113,7 +96,7 @@ def _head_stages(
     layer: int,
     head: int,
     after: float,
-) -> list[HeadStage]:
+) -> list[Stage]:
     """The stages of one head, cycle by cycle (module docstring)."""
     ent = metrics["head_entropy"][:, layer, head]
     sv = metrics["sv_W_A"][:, layer, head, :]  # [n, k]
@@ -122,7 +105,7 @@ def _head_stages(
     top_on_top = metrics["head_on_top"][:, layer, head]
 
     def stage(name, span, cycle):
-        return HeadStage(name, span[0], span[1], cycle, layer, head)
+        return Stage(name, span[0], span[1], cycle, layer, head)
 
     focus = _first(detector.moves(t, ent, sign=-1, window=(after, np.inf)))
     if focus is None:
@@ -157,7 +140,7 @@ def _head_stages(
 
 def detect_head_stages(
     trajectory: Trajectory, *, detector: StageDetector | None = None
-) -> list[HeadStage]:
+) -> list[Stage]:
     """The stages of every attention head of a Transformer run, in time order.
 
     Args:
@@ -168,7 +151,7 @@ def detect_head_stages(
         detector: the thresholds (default ``StageDetector()``).
 
     Returns:
-        ``HeadStage`` list: the global condensation (layer = head = -1) and each
+        ``Stage`` list: the global condensation (layer = head = -1) and each
         head's focus, dilution and asymmetry lifting per cycle (rules: module
         docstring), sorted by t_start, stage order in a cycle, layer, head.
     """
@@ -190,15 +173,15 @@ def detect_head_stages(
                 f"metric {k!r} has shape {shape}; expected [{t.size}, {n_layers}, "
                 f"{n_heads}, ...] like head_entropy"
             )
-    stages: list[HeadStage] = []
+    stages: list[Stage] = []
     cond = _condensation(detector, t, m)
     if cond is not None:
-        stages.append(HeadStage("condensation", cond[0], cond[1], 1, -1, -1))
+        stages.append(Stage("condensation", cond[0], cond[1], 1, -1, -1))
     after = cond[1] if cond is not None else float(t[0])
     for layer in range(n_layers):
         for head in range(n_heads):
             stages += _head_stages(detector, t, metrics, layer, head, after)
     return sorted(
         stages,
-        key=lambda s: (s.t_start, STAGE_NAMES.index(s.name), s.layer, s.head),
+        key=lambda s: (s.t_start, STAGE_NAMES.index(s.stage), s.layer, s.head),
     )

@@ -40,12 +40,14 @@ run, replaced by the absolute ones:
   frequent token (``head_on_top``) is ``min_amplitude`` below its running maximum,
   both since the cycle opened.
 
-Each rule fires once per head and cycle. An event is a dict: ``event``, ``layer``,
-``head``, ``cycle``, ``step``, ``t``, ``t_onset`` (when the move began: the last
-observation at which the signal was within ``edge`` (5%) of the threshold of the
-extremum it is measured from; for a lifting, when the growth passed
-``growth_start``), ``signal``, ``value``, ``reference`` (that extremum) and
-``threshold``.
+Each rule fires once per head and cycle. An event is a ``Stage``
+(``gflow.analysis.stage``) at the instant it was reported: ``stage``, ``layer``,
+``head``, ``cycle``, ``step``, ``t_start = t_end`` (the report time), ``onset``
+(when the move began: the last observation at which the signal was within ``edge``
+(5%) of the threshold of the extremum it is measured from; for a lifting, when the
+growth passed ``growth_start``), ``signal``, ``value``, ``reference`` (that
+extremum) and ``threshold``; ``Stage.to_dict`` writes it as the monitor's
+events.jsonl line (``event``, ``t``, ``t_onset``, ...).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from collections.abc import Mapping
 import numpy as np
 from jaxtyping import ArrayLike
 
+from gflow.analysis.stage import Stage
 from gflow.analysis.stages import StageDetector
 
 #: The signals ``OnlineStageDetector.update`` needs (``sv_W_A`` is optional).
@@ -69,20 +72,37 @@ ONLINE_SIGNALS = (
 )
 
 
-def _event(name, layer, head, cycle, step, t, t_onset, signal, value, ref, thr):
-    return {
-        "event": name,
-        "layer": int(layer),
-        "head": int(head),
-        "cycle": int(cycle),
-        "step": int(step),
-        "t": float(t),
-        "t_onset": float(t_onset),
-        "signal": signal,
-        "value": float(value),
-        "reference": float(ref),
-        "threshold": float(thr),
-    }
+def _event(
+    name: str,
+    layer: int,
+    head: int,
+    cycle: int,
+    step: int,
+    t: float,
+    *,
+    onset: float,
+    signal: str,
+    value: float,
+    reference: float,
+    threshold: float,
+) -> Stage:
+    """The event ``name`` of a head (layer = head = -1: a global one) reported at
+    (step, t)."""
+    t = float(t)
+    return Stage(
+        name,
+        t,
+        t,
+        int(cycle),
+        int(layer),
+        int(head),
+        onset=float(onset),
+        step=int(step),
+        signal=signal,
+        value=float(value),
+        reference=float(reference),
+        threshold=float(threshold),
+    )
 
 
 @dataclasses.dataclass
@@ -149,7 +169,7 @@ class OnlineStageDetector:
             raise ValueError(f"window must be a positive integer, got {window!r}")
         self.detector = StageDetector() if detector is None else detector
         self.window = window
-        self.events: list[dict] = []
+        self.events: list[Stage] = []
         self._heads: list[_Head] | None = None
         self._shape: tuple[int, ...] | None = None
         self._recent: list[tuple[float, float]] = []  # the last window + 1 (t, loss)
@@ -167,7 +187,7 @@ class OnlineStageDetector:
 
     def update(
         self, step: int, t: float, signals: Mapping[str, ArrayLike]
-    ) -> list[dict]:
+    ) -> list[Stage]:
         """Read one observation; return the events it completes (they are also
         appended to ``events``)."""
         missing = [k for k in ONLINE_SIGNALS if k not in signals]
@@ -188,7 +208,7 @@ class OnlineStageDetector:
         if self._last_t is not None and not t > self._last_t:
             raise ValueError(f"times must increase: {t} after {self._last_t}")
         self._last_t = t
-        new: list[dict] = []
+        new: list[Stage] = []
         if not self._condensed:
             ent = x["head_entropy"]
             if self._ent_max is None:
@@ -228,12 +248,12 @@ class OnlineStageDetector:
                     1,
                     step,
                     t,
-                    self._first[0],
-                    "loss",
-                    loss,
-                    self._first[1],
-                    d.min_amplitude,
-                )  # fmt: skip
+                    onset=self._first[0],
+                    signal="loss",
+                    value=loss,
+                    reference=self._first[1],
+                    threshold=d.min_amplitude,
+                )
             )
             for head in self._heads:  # every head's focus window opens, measured
                 self._open(head, "focus", "head_entropy", -1, x, t)  # from the
@@ -269,7 +289,7 @@ class OnlineStageDetector:
     def _step_embedding(self, step, t, x, new) -> None:
         """σ(W_E)'s liftings: the first opens at the first head's focus."""
         emb = self._embedding
-        if not emb.opened and any(e["event"] == "focus" for e in self.events + new):
+        if not emb.opened and any(e.stage == "focus" for e in self.events + new):
             emb.opened = True
             self._open_lift(emb, x, t)
         self._step_head(emb, step, t, x, new)
@@ -295,12 +315,12 @@ class OnlineStageDetector:
                     head.cycle,
                     step,
                     t,
-                    onset,
-                    signal[4:-1] if lift else signal,
-                    shown,
-                    ref,
-                    amount,
-                )  # fmt: skip
+                    onset=onset,
+                    signal=signal[4:-1] if lift else signal,
+                    value=shown,
+                    reference=ref,
+                    threshold=amount,
+                )
             )
         if head.layer < 0:  # the embedding: its cycles are its liftings
             if fired:

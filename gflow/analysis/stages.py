@@ -37,39 +37,9 @@ from collections.abc import Sequence
 import numpy as np
 from jaxtyping import ArrayLike, Real
 
+from gflow.analysis.stage import STAGE_NAMES, Stage
 from gflow.array_types import RealVector
 from gflow.dynamics.trajectory import Trajectory
-
-#: Stage names in the order they occur within a cycle.
-STAGE_NAMES = ("condensation", "focus", "dilution", "asymmetry_lifting")
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage:
-    """One stage: its name, the cycle it belongs to and its time span."""
-
-    name: str
-    t_start: float
-    t_end: float
-    cycle: int
-
-    def __post_init__(self):
-        if self.name not in STAGE_NAMES:
-            raise ValueError(f"stage name must be one of {STAGE_NAMES}")
-        if not self.t_end >= self.t_start:
-            raise ValueError(f"t_end {self.t_end} < t_start {self.t_start}")
-
-    @property
-    def stage(self) -> str:
-        return self.name
-
-    def to_dict(self) -> dict[str, str | float | int]:
-        return {
-            "stage": self.name,
-            "t_start": float(self.t_start),
-            "t_end": float(self.t_end),
-            "cycle": int(self.cycle),
-        }
 
 
 def turning_points(x: RealVector, threshold: float) -> list[int]:
@@ -280,7 +250,7 @@ class StageDetector:
             if dil is not None:
                 stages.append(Stage("dilution", dil[0], dil[1], cycle))
             lift = nxt
-        return sorted(stages, key=lambda s: (s.t_start, STAGE_NAMES.index(s.name)))
+        return sorted(stages, key=lambda s: (s.t_start, STAGE_NAMES.index(s.stage)))
 
 
 def detect_stages(

@@ -6,7 +6,8 @@ A monitor directory holds
   the thresholds, the shape of every signal), written atomically;
 - ``metrics.csv``: one row per observation, ``step``, ``t`` and every signal
   flattened as ``name_i_j`` (the column names of a run's metrics CSV);
-- ``events.jsonl``: one JSON object per event (``OnlineStageDetector``).
+- ``events.jsonl``: one JSON object per event (``OnlineStageDetector``'s
+  ``Stage``, as ``Stage.to_dict`` writes it).
 
 Rows and events are appended with one ``write`` of whole lines each to a file opened
 for appending, so a killed process leaves every line written before it and at most a
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gflow.analysis.stage import Stage
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.files import atomic_write_bytes, complete_lines, read_json, read_jsonl
 
@@ -84,9 +86,9 @@ def read_rows(run_dir) -> tuple[list[str], np.ndarray]:
     return header, np.array(rows, dtype=float).reshape(len(rows), len(header))
 
 
-def read_events(run_dir) -> list[dict]:
+def read_events(run_dir) -> list[Stage]:
     """The complete events of ``events.jsonl``, in order."""
-    return read_jsonl(Path(run_dir) / EVENTS)
+    return [Stage.from_dict(e) for e in read_jsonl(Path(run_dir) / EVENTS)]
 
 
 def signals_from_rows(shapes: dict, header: list[str], rows: np.ndarray) -> dict:
@@ -102,7 +104,7 @@ def signals_from_rows(shapes: dict, header: list[str], rows: np.ndarray) -> dict
     return out
 
 
-def load_monitor(run_dir) -> tuple[Trajectory, list[dict], dict]:
+def load_monitor(run_dir) -> tuple[Trajectory, list[Stage], dict]:
     """A monitor directory as (trajectory of the signals, events, config).
 
     The trajectory's ``t`` is the monitor's clock and its metrics the signals, each

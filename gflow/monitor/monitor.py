@@ -33,8 +33,9 @@ from jaxtyping import ArrayLike, Int
 
 from gflow.analysis.attending import check_attending
 from gflow.analysis.head_observables import HeadObservables
-from gflow.analysis.head_stages import HeadStage, detect_head_stages
+from gflow.analysis.head_stages import detect_head_stages
 from gflow.analysis.online_stages import OnlineStageDetector
+from gflow.analysis.stage import Stage
 from gflow.analysis.stages import StageDetector
 from gflow.dynamics.trajectory import Trajectory
 from gflow.monitor import logs
@@ -44,7 +45,7 @@ from gflow.monitor.tensorboard import ScalarWriter
 from gflow.runs.environment import environment
 from gflow.runs.files import write_json
 
-EventCallback = Callable[[dict], None]
+EventCallback = Callable[[Stage], None]
 
 
 def _positive_int(name, value) -> int:
@@ -69,7 +70,8 @@ class Monitor:
         window: intervals over which condensation's loss rate is measured.
         n_sv: singular values kept per matrix (asymmetry lifting of cycle c reads
             σ_{c+1}, so ``n_sv`` bounds the cycles seen at n_sv - 1).
-        on_event: callables, each called with every event dict as it is detected.
+        on_event: callables, each called with every event (a ``Stage``) as it is
+            detected.
         tensorboard: also write TensorBoard scalars to ``out/tensorboard``.
         resume: continue a monitor directory: rows from the first observed step on
             are dropped and the stage rules replay the rest, so a training loop
@@ -120,8 +122,9 @@ class Monitor:
         self._closed = False
 
     @property
-    def events(self) -> list[dict]:
-        """Every event detected so far, in order."""
+    def events(self) -> list[Stage]:
+        """Every event detected so far, in order (``Stage`` objects; the online
+        fields: ``gflow.analysis.online_stages``)."""
         return self.detector.events
 
     def on_event(self, callback: EventCallback) -> EventCallback:
@@ -133,7 +136,7 @@ class Monitor:
 
     def observe(
         self, step: int, model, tokens: Int[ArrayLike, "b s1"], t: float | None = None
-    ) -> list[dict]:
+    ) -> list[Stage]:
         """Observe the model at ``step`` (when ``every`` divides it).
 
         Args:
@@ -171,7 +174,9 @@ class Monitor:
         values = {k: np.asarray(v, float) for k, v in values.items()}
         return self._record(int(step), clock, values)
 
-    def _record(self, step: int, t: float, values: dict, *, replay=False) -> list[dict]:
+    def _record(
+        self, step: int, t: float, values: dict, *, replay=False
+    ) -> list[Stage]:
         new = self.detector.update(step, t, values)
         self._last_step = step
         if replay:
@@ -180,19 +185,19 @@ class Monitor:
         row = [str(step), repr(t)] + [repr(float(x)) for v in flat for x in v]
         self._rows.metrics.write([logs.csv_line(row)])
         if new:
-            self._rows.events.write([json.dumps(e) for e in new])
+            self._rows.events.write([json.dumps(e.to_dict()) for e in new])
         if self._tb is not None:
             scalars = dict(zip(self._columns, np.concatenate(flat)))
             for e in new:
-                scalars[f"event/{e['event']}/L{e['layer']}H{e['head']}"] = e["cycle"]
+                scalars[f"event/{e.stage}/L{e.layer}H{e.head}"] = e.cycle
             self._tb.scalars(step, scalars)
         for e in new:
             if self.verbose:
-                where = "all heads" if e["layer"] < 0 else f"L{e['layer']}H{e['head']}"
+                where = "all heads" if e.layer < 0 else f"L{e.layer}H{e.head}"
                 print(
-                    f"[gflow monitor] step {step} t={t:.4g}: {e['event']} "
-                    f"(cycle {e['cycle']}, {where}; {e['signal']} "
-                    f"{e['reference']:.4g} -> {e['value']:.4g})",
+                    f"[gflow monitor] step {step} t={t:.4g}: {e.stage} "
+                    f"(cycle {e.cycle}, {where}; {e.signal} "
+                    f"{e.reference:.4g} -> {e.value:.4g})",
                     file=sys.stderr,
                 )
             for callback in self.callbacks:
@@ -247,7 +252,9 @@ class Monitor:
             for r in rows
         ]
         logs.rewrite(self.out / logs.METRICS, lines)
-        logs.rewrite(self.out / logs.EVENTS, [json.dumps(e) for e in self.events])
+        logs.rewrite(
+            self.out / logs.EVENTS, [json.dumps(e.to_dict()) for e in self.events]
+        )
 
     def _config(self, probe_shape) -> dict:
         d = self.detector.detector
@@ -277,7 +284,7 @@ class Monitor:
             raise ValueError("nothing observed yet")
         return load_monitor(self.out)[0]
 
-    def offline_stages(self, detector: StageDetector | None = None) -> list[HeadStage]:
+    def offline_stages(self, detector: StageDetector | None = None) -> list[Stage]:
         """The offline rules (``detect_head_stages``) on the same signals."""
         return detect_head_stages(
             self.trajectory(), detector=detector or self.detector.detector

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gflow.analysis.head_stages import HeadStage
 from gflow.analysis.stages import Stage
 from gflow.dynamics.trajectory import Trajectory
 from gflow.plotting.figure import plt, save_figure
@@ -47,7 +46,7 @@ def sweep_figures(run_dir, cfg: SweepConfig, result: dict) -> None:
 
 def train_figures(
     run_dir, cfg: TrainConfig, data: TrainData, traj: Trajectory,
-    stages: list[HeadStage],
+    stages: list[Stage],
 ) -> None:  # fmt: skip
     """loss.png (held-out loss on the clock, with the unigram and Bayes losses),
     head_entropy.png (per head, stages shaded) and attention.png (the final model's

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Int
 
-from gflow.analysis.head_stages import HeadStage
+from gflow.analysis.stage import Stage
 from gflow.dynamics.trajectory import Trajectory
 from gflow.plotting.figure import plt, save_figure
 from gflow.plotting.stages import shade_stages, stage_legend
@@ -32,7 +32,7 @@ def plot_head_entropy(
     traj: Trajectory,
     path: str | os.PathLike,
     *,
-    stages: Sequence[HeadStage] | None = None,
+    stages: Sequence[Stage] | None = None,
     title: str = "",
 ) -> None:
     """Each head's last-position attention entropy over the flow clock t.

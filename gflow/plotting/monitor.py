@@ -18,11 +18,11 @@ _CYCLE_STYLES = ("-", "--", ":", "-.")
 def _mark(ax, events) -> None:
     """A vertical line per event at its report time, a dotted span from its onset."""
     for e in events:
-        colour = STAGE_COLOURS[e["event"]]
-        style = _CYCLE_STYLES[(e["cycle"] - 1) % len(_CYCLE_STYLES)]
-        ax.axvline(e["t"], color=colour, ls=style, lw=1.2)
-        if np.isfinite(e["t_onset"]) and e["t_onset"] < e["t"]:
-            ax.axvspan(e["t_onset"], e["t"], color=colour, alpha=0.08, lw=0)
+        colour = STAGE_COLOURS[e.stage]
+        style = _CYCLE_STYLES[(e.cycle - 1) % len(_CYCLE_STYLES)]
+        ax.axvline(e.t_start, color=colour, ls=style, lw=1.2)
+        if np.isfinite(e.onset) and e.onset < e.t_start:
+            ax.axvspan(e.onset, e.t_start, color=colour, alpha=0.08, lw=0)
 
 
 def plot_monitor(
@@ -43,7 +43,7 @@ def plot_monitor(
     ent = np.asarray(m["head_entropy"], float)
     n_layers, n_heads = ent.shape[1:3]
     tracked = np.asarray(m["head_tracked_on_top"], float)
-    glob = [e for e in events if e["layer"] < 0]
+    glob = [e for e in events if e.layer < 0]
     fig = plt.figure(figsize=(max(6.0, 3.2 * n_heads), 2.2 + 2.3 * n_layers))
     grid = fig.add_gridspec(n_layers + 1, n_heads)
     ax = fig.add_subplot(grid[0, :])
@@ -63,14 +63,14 @@ def plot_monitor(
                 twin.set_ylim(0, 1)
                 if head == n_heads - 1:
                     twin.set_ylabel("tracked on top", color="tab:green", fontsize=8)
-            mine = [e for e in events if (e["layer"], e["head"]) == (layer, head)]
+            mine = [e for e in events if (e.layer, e.head) == (layer, head)]
             _mark(ax, mine + glob)
             ax.set_title(f"layer {layer}, head {head}", fontsize=9)
             if head == 0:
                 ax.set_ylabel("entropy (nats)")
             if layer == n_layers - 1:
                 ax.set_xlabel("clock t")
-    stage_legend(fig, {e["event"] for e in events}, lines=True)
+    stage_legend(fig, {e.stage for e in events}, lines=True)
     fig.suptitle(
         f"gflow monitor: {run_dir.name} (every {cfg['every']} steps, "
         f"{len(events)} events)"
