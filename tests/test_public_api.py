@@ -7,6 +7,7 @@ fails for a name that no test file imports from gflow (or reaches as ``gflow.X``
 """
 
 import ast
+import dataclasses
 import importlib
 import pkgutil
 from pathlib import Path
@@ -30,6 +31,8 @@ from gflow import (
     singular_values,
     stationary_distribution,
 )
+from gflow.dynamics import StepClock, run_core
+from gflow.dynamics.references import at_times, evaluate_along, union_times
 from gflow.dynamics.solvers import RKC2, RKCState
 from gflow.text import HUB_CORPORA, TOKENIZERS, load_corpus, query_rows
 
@@ -259,3 +262,105 @@ def test_query_rows_average_the_windows_of_each_query():
     np.testing.assert_allclose(rows[0], [0.5, 0.5])  # mean of windows 0 and 1
     np.testing.assert_allclose(rows[1], [0.2, 0.8])  # window 2 alone
     assert np.all(np.isnan(rows[2]))  # no window ends in token 1
+
+
+def test_sub_packages_are_reached_as_attributes():
+    """``gflow.text`` and ``gflow.dynamics.references`` are the packages themselves,
+    their names the ones the modules define."""
+    assert gflow.text is importlib.import_module("gflow.text")
+    assert gflow.text.Vocabulary.__module__ == "gflow.text.tokenize"
+    references = importlib.import_module("gflow.dynamics.references")
+    assert gflow.dynamics.references is references
+    assert references.FlowReference is FlowReference
+
+
+def test_union_times_merge_round_off_and_at_times_restrict_to_a_member():
+    union = union_times([np.arange(4) * 0.1, np.array([0.0, 0.1 + 0.2, 0.6])])
+    np.testing.assert_allclose(union, [0.0, 0.1, 0.2, 0.3, 0.6])
+    assert len(union) == 5  # 0.1 + 0.2 and 3 * 0.1 differ by round-off only
+    w = np.arange(5.0)[:, None] * np.ones((5, 2))  # [n, 2]: row i is i
+    traj = gflow.Trajectory(
+        t=union, metrics={"loss": np.arange(5.0)}, final=None, params={"w": w}
+    )
+    member = at_times(traj, union, np.array([0.0, 0.3, 0.6]))
+    np.testing.assert_array_equal(member.metrics["loss"], [0.0, 3.0, 4.0])
+    np.testing.assert_array_equal(member.params["w"][:, 0], [0.0, 3.0, 4.0])
+    np.testing.assert_allclose(member.t, [0.0, 0.3, 0.6])
+
+
+def test_evaluate_along_recomputes_the_loss_and_gradient_norm_of_each_snapshot():
+    w = jnp.asarray([[3.0, 4.0], [0.0, 1.0]])  # two snapshots [n, 2]
+    traj = gflow.Trajectory(
+        t=np.array([0.0, 1.0]), metrics={"loss": np.zeros(2)}, final=None,
+        params={"w": w},
+    )  # fmt: skip
+    out = evaluate_along(traj, lambda m: 0.5 * jnp.sum(m["w"] ** 2))
+    np.testing.assert_allclose(out.metrics["loss"], [12.5, 0.5])
+    np.testing.assert_allclose(out.metrics["grad_norm"], [5.0, 1.0])  # |∇L| = |w|
+    with pytest.raises(ValueError, match="save_params"):
+        evaluate_along(dataclasses.replace(traj, params=None), lambda m: 0.0)
+
+
+def test_run_core_with_a_constant_clock_is_gradient_descent_in_closed_form():
+    """L = ½ a w²: w_k = (1 − η a)^k w_0 and t_k = k η; saves every 2 steps."""
+    import optax
+
+    a, eta, w0 = 2.0, 0.1, jnp.asarray([1.0, -2.0])
+    t, metrics, snaps, final, bad = run_core(
+        w0, None, optax.sgd(eta).init(w0), lambda w: 0.5 * a * jnp.sum(w**2),
+        optax.sgd(eta), StepClock(eta), None,
+        steps=6, save_every=2, save_params=True, blowup=1e6,
+    )  # fmt: skip
+    np.testing.assert_allclose(t, [0.0, 0.2, 0.4, 0.6], rtol=1e-12)
+    k = np.array([0, 2, 4, 6])
+    expected = (1 - eta * a) ** k[:, None] * np.asarray(w0)
+    np.testing.assert_allclose(snaps, expected, rtol=1e-12)
+    np.testing.assert_allclose(final, expected[-1], rtol=1e-12)
+    np.testing.assert_allclose(metrics["loss"], 0.5 * a * (expected**2).sum(1))
+    assert int(bad) == -1
+    # a schedule is called with the step; None reads the injected learning rate
+    assert StepClock(lambda k: 0.5 / (k + 1))(jnp.asarray(3), None) == 0.125
+    state = optax.inject_hyperparams(optax.sgd)(learning_rate=0.3).init(w0)
+    assert float(StepClock()(jnp.asarray(0), state)) == pytest.approx(0.3)
+
+
+def test_text_figures_are_drawn_from_the_saved_files(tmp_path):
+    """``plot_attention_rows`` and ``plot_text_summary`` read only the run's files
+    (written here by hand): a PNG each, under the names ``gflow text`` uses, and no
+    figure left open."""
+    from gflow.plotting import plot_attention_rows, plot_text_summary, plt
+    from gflow.runs.files import write_json
+
+    n, d = 4, 3
+    write_json(tmp_path / "vocab.json", [{"token": s} for s in ("a", "b", "c")])
+    write_json(tmp_path / "config.json", {"queries": ["b"], "top": ["a"]})
+    write_json(tmp_path / "gd.json", {"status": "success"})
+    rows = np.full((n, 1, d), 1 / d)
+    np.savez(tmp_path / "gd_rows.npz", t=np.arange(n), rows=rows, queries=[1])
+    metrics = dict(
+        t=np.arange(n), loss=np.linspace(1, 0.5, n), attention_entropy=np.ones(n),
+        query_entropy=np.ones((n, 1)), query_on_top1=np.full((n, 1), 0.3),
+        query_on_self=np.full((n, 1), 0.2), sv_W_E=np.ones((n, 2)),
+    )  # fmt: skip
+    np.savez(tmp_path / "gd_metrics.npz", **metrics)
+    rows_png = plot_attention_rows(tmp_path, "gd")
+    summary_png = plot_text_summary(tmp_path, ["gd"])
+    assert rows_png == tmp_path / "attention_rows_gd.png"
+    assert summary_png == tmp_path / "text_summary.png"
+    for path in (rows_png, summary_png):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plt.get_fignums() == []
+
+
+def test_monitor_figure_of_a_short_monitored_run(tmp_path):
+    from gflow.plotting import plot_monitor
+
+    chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
+    model = AttentionModel.init(d_vocab=3, d_model=4, key=jax.random.key(0))
+    probe = chain.sample(key=jax.random.key(1), batch=8, length=6)
+    with gflow.Monitor(tmp_path / "mon", every=1, verbose=False) as mon:
+        for step in range(3):
+            mon.observe(step, model, probe, t=0.5 * step)
+    out = plot_monitor(tmp_path / "mon")
+    assert out == tmp_path / "mon" / "monitor.png"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

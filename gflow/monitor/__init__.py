@@ -1,2 +1,18 @@
 """The stage monitor for ordinary training loops (issue 15): per-head signals on a
-probe batch, the streaming stage rules, and files written as training goes."""
+probe batch, the streaming stage rules, and files written as training goes.
+
+Public names: the ``Monitor`` and the readers of the directory it writes.
+"""
+
+# The monitor
+from gflow.monitor.monitor import Monitor as Monitor
+
+# Its files
+from gflow.monitor.logs import load_monitor as load_monitor
+from gflow.monitor.logs import read_rows as read_rows
+
+__all__ = [
+    "Monitor",
+    "load_monitor",
+    "read_rows",
+]

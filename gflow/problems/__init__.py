@@ -1,1 +1,43 @@
-"""What is learned: the attention models, Markov chains and their losses."""
+"""What is learned: the attention models, Markov chains and their losses.
+
+Public names, by concept: the one-layer ``AttentionModel`` and the deep
+``Transformer``; Markov chains and streams of their sequences; the population and
+sequence losses.
+"""
+
+# Models
+from gflow.problems.model import AttentionModel as AttentionModel
+from gflow.problems.transformer import LayerNorm as LayerNorm
+from gflow.problems.transformer import Transformer as Transformer
+from gflow.problems.transformer import (
+    product_singular_values as product_singular_values,
+)
+
+# Markov data
+from gflow.problems.markov import MarkovChain as MarkovChain
+from gflow.problems.markov import MarkovStream as MarkovStream
+from gflow.problems.markov import stationary_distribution as stationary_distribution
+
+# Losses
+from gflow.problems.losses import PopulationLoss as PopulationLoss
+from gflow.problems.losses import SequenceLoss as SequenceLoss
+from gflow.problems.losses import population_attention as population_attention
+from gflow.problems.losses import population_logits as population_logits
+from gflow.problems.losses import population_loss as population_loss
+from gflow.problems.losses import sequence_loss as sequence_loss
+
+__all__ = [
+    "AttentionModel",
+    "LayerNorm",
+    "MarkovChain",
+    "MarkovStream",
+    "PopulationLoss",
+    "SequenceLoss",
+    "Transformer",
+    "population_attention",
+    "population_logits",
+    "population_loss",
+    "product_singular_values",
+    "sequence_loss",
+    "stationary_distribution",
+]

@@ -1,23 +1,60 @@
 """Diffrax solvers written for gradient flows: the stabilised RKC2 and ROCK4, the
 exponential Rosenbrock EXPRB32, the Tsit5/RKC2 switch and the stiffness-aware default
-AutoSwitch (Tsit5, then EXPRB32)."""
+AutoSwitch (Tsit5, then EXPRB32).
 
+Public names: each solver with its state, and the single steps and tables that
+the tests check against closed forms.
+"""
+
+# The default: Tsit5, then EXPRB32
 from gflow.dynamics.solvers.auto import AutoState as AutoState
 from gflow.dynamics.solvers.auto import AutoSwitch as AutoSwitch
+from gflow.dynamics.solvers.auto import hermite_stages as hermite_stages
+from gflow.dynamics.solvers.auto import tsit5_step as tsit5_step
+
+# Exponential Rosenbrock
 from gflow.dynamics.solvers.exprb import EXPRB32 as EXPRB32
 from gflow.dynamics.solvers.exprb import ExpState as ExpState
+from gflow.dynamics.solvers.exprb import exprb32_step as exprb32_step
+from gflow.dynamics.solvers.exprb import lanczos as lanczos
+from gflow.dynamics.solvers.exprb import phi as phi
+
+# Stabilised Runge-Kutta-Chebyshev
+from gflow.dynamics.solvers.rkc import DAMPING as DAMPING
 from gflow.dynamics.solvers.rkc import RKC2 as RKC2
 from gflow.dynamics.solvers.rkc import RKCState as RKCState
+from gflow.dynamics.solvers.rkc import num_stages as num_stages
+
+# ROCK4
+from gflow.dynamics.solvers.rock4 import DEGREES as DEGREES
+from gflow.dynamics.solvers.rock4 import MAX_STAGES as MAX_STAGES
 from gflow.dynamics.solvers.rock4 import ROCK4 as ROCK4
+from gflow.dynamics.solvers.rock4 import degree_index as degree_index
+from gflow.dynamics.solvers.rock4 import rock4_step as rock4_step
+from gflow.dynamics.solvers.rock4 import stages_needed as stages_needed
+
+# The Tsit5/RKC2 switch
 from gflow.dynamics.solvers.switch import StiffSwitch as StiffSwitch
 
 __all__ = [
     "AutoState",
     "AutoSwitch",
+    "DAMPING",
+    "DEGREES",
     "EXPRB32",
     "ExpState",
+    "MAX_STAGES",
     "RKC2",
     "RKCState",
     "ROCK4",
     "StiffSwitch",
+    "degree_index",
+    "exprb32_step",
+    "hermite_stages",
+    "lanczos",
+    "num_stages",
+    "phi",
+    "rock4_step",
+    "stages_needed",
+    "tsit5_step",
 ]
