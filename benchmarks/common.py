@@ -35,7 +35,7 @@ def timed(fn, *, repeats: int = 1):
 
 
 def flat(model) -> np.ndarray:
-    from gflow.analysis.hessian import flatten
+    from gflow.analysis import flatten
 
     return np.asarray(flatten(model)[0])
 

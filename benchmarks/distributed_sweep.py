@@ -131,7 +131,7 @@ def rows(record: dict) -> list[dict]:
 
 
 def _figure(record: dict) -> None:
-    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting import plt, save_figure
 
     n = [r["processes"] for r in record["rows"]]
     fig, ax = plt.subplots(figsize=(5, 3.4))

@@ -193,7 +193,7 @@ def table(record: dict) -> str:
 
 
 def _figure(record: dict) -> None:
-    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting import plt, save_figure
 
     every = [r["every"] for r in record["rows"]]
     fig, ax = plt.subplots(figsize=(5.5, 3.6))

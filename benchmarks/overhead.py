@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gflow import MarkovChain, solve_flow
-from gflow.analysis.hessian import flatten
+from gflow.analysis import flatten
 from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 
 from .common import default_problem, load1, save, timed

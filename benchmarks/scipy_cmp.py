@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import scipy.integrate
 
-from gflow.analysis.hessian import dense_hessian, flatten
+from gflow.analysis import dense_hessian, flatten
 
 from .common import default_problem, load1, rel_error, save, solve_to, timed
 from .stiff import reference

@@ -20,7 +20,7 @@ import numpy as np
 import optax
 
 from gflow import MarkovChain, SequenceLoss
-from gflow.dynamics.optimizer_run import StepClock, run_core
+from gflow.dynamics import StepClock, run_core
 
 from .common import default_problem, load1, save, timed
 

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from gflow import AttentionModel, sequence_loss
-from gflow.text.counts import counts_loss, window_log_counts
+from gflow.text import counts_loss, window_log_counts
 
 #: The three forms of the last-token loss (the gathered one is the reference).
 FORMS = ("dense", "gathered", "counts")
@@ -113,7 +113,7 @@ def main():
     (args.out / "text_loss_cost.json").write_text(
         json.dumps({"meta": meta, "records": records}, indent=2) + "\n"
     )
-    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     ds = [r["d"] for r in records]

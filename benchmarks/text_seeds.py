@@ -33,10 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gflow.dynamics.optimizers import SGD
+from gflow.dynamics import SGD
 from gflow.runs.text_run import TextConfig, init_model, prepare
-from gflow.text import TextLoss
-from gflow.text.fullbatch import _loop, run_full_batch
+from gflow.text import TextLoss, run_full_batch
+from gflow.text.fullbatch import _loop
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SETTINGS = {

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from gflow import solve_flow
-from gflow.analysis.hessian import max_eigenvalue
+from gflow.analysis import max_eigenvalue
 from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 
 from .common import RESULTS, default_problem, flat, load1, save
@@ -164,7 +164,7 @@ def stiffness_trace(*, t1: float = 3000.0, n: int = 31) -> dict:
 
 
 def plot(record) -> None:
-    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, row in record["solvers"].items():
@@ -185,7 +185,7 @@ def plot(record) -> None:
 
 
 def plot_trace(record) -> None:
-    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     t = record["t"]

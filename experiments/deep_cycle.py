@@ -83,8 +83,7 @@ from gflow import (
     detect_head_stages,
     sequence_loss,
 )
-from gflow.dynamics.minibatch import minibatch_segment
-from gflow.dynamics.trajectory import Trajectory
+from gflow.dynamics import Trajectory, minibatch_segment
 from gflow.runs.files import read_json, write_json
 
 ROOT = Path(__file__).resolve().parents[1]

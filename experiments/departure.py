@@ -37,11 +37,9 @@ import numpy as np  # noqa: E402
 
 from experiments import _docs  # noqa: E402
 from gflow import PopulationLoss, solve_flow  # noqa: E402
-from gflow.analysis.compare import compare  # noqa: E402
-from gflow.analysis.sharpness import predicted_departure, sharpness_along  # noqa: E402
-from gflow.dynamics.optimizers import SGD, Adam, Momentum  # noqa: E402
-from gflow.dynamics.references.flow import FlowReference  # noqa: E402
-from gflow.dynamics.sweep import run_sweep  # noqa: E402
+from gflow.analysis import compare, predicted_departure, sharpness_along  # noqa: E402
+from gflow.dynamics import SGD, Adam, Momentum, run_sweep  # noqa: E402
+from gflow.dynamics.references import FlowReference  # noqa: E402
 from gflow.runs.flow_run import FlowConfig  # noqa: E402
 
 
@@ -188,7 +186,7 @@ def table(results: dict) -> str:
 
 def plot(out_dir: Path) -> None:
     """Per optimizer: λ_max with c/η, and τ predicted vs measured (from files)."""
-    from gflow.plotting.sweep import plot_departure_records
+    from gflow.plotting import plot_departure_records
 
     results = json.loads((out_dir / "results.json").read_text())
     plot_departure_records(results, out_dir / "departure.png")

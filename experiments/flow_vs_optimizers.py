@@ -38,8 +38,8 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from gflow import MarkovObservables, PopulationLoss, solve_flow  # noqa: E402
-from gflow.dynamics.references.flow import evaluate_along  # noqa: E402
-from gflow.dynamics.sweep import run_sweep  # noqa: E402
+from gflow.dynamics import run_sweep  # noqa: E402
+from gflow.dynamics.references import evaluate_along  # noqa: E402
 from gflow.runs.flow_run import FlowConfig  # noqa: E402
 
 STAGES = ("condensation", "focus", "dilution", "asymmetry")
@@ -177,7 +177,7 @@ def table(results: dict) -> str:
 
 def plot(out_dir: Path) -> None:
     """Loss and attention entropy of every member against the flow (from files)."""
-    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting import plt, save_figure
 
     results = json.loads((out_dir / "results.json").read_text())
     flow = results["flow"]

@@ -54,7 +54,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 from experiments import _docs  # noqa: E402
-from gflow.analysis.stages import StageDetector, detect_stages  # noqa: E402
+from gflow.analysis import StageDetector, detect_stages  # noqa: E402
 from gflow.runs.files import read_json, write_json  # noqa
 from gflow.runs.flow_run import FlowConfig, run_flow  # noqa: E402
 from gflow.runs.trajectory_files import load_trajectory, save_trajectory  # noqa
@@ -502,7 +502,7 @@ def superseded_cell(kind: str, sad: dict) -> str:
             return f"superseded: see markov_saddle.md §1 (row not found in {src})"
         c = _match(r"1/c = ([\d.]+)", r["predicted"])
         seeds = _match(r"over seeds ([^;|]+?\(n = \d+\))", r["measured"])
-        from gflow.analysis.saddle import saddle_rate
+        from gflow.analysis import saddle_rate
 
         cval = saddle_rate(FlowConfig().chain())
         return (
@@ -529,15 +529,16 @@ def superseded_cell(kind: str, sad: dict) -> str:
 def critical(*, out: Path = OUT, t_plateau: float = 40.0, horizon: float = 15.0):
     """Claim 3: the critical point near the unigram plateau, its spectrum, and the
     linearised flow exp(−Ht)δθ₀ against the actual flow from the plateau state."""
-    from gflow.analysis.critical import (
+    from gflow.analysis import (
         block_weights,
+        extreme_eigenpairs,
+        flatten,
         hessian_spectrum,
         linearised_flow,
         newton_critical_point,
     )
-    from gflow.analysis.hessian import extreme_eigenpairs, flatten
-    from gflow.dynamics.flow import solve_flow
-    from gflow.problems.losses import PopulationLoss
+    from gflow.dynamics import solve_flow
+    from gflow.problems import PopulationLoss
 
     fc = FlowConfig(t1=t_plateau, num_saves=Config().num_saves)
     chain = fc.chain()
@@ -594,7 +595,7 @@ def _cell(verdict) -> str:
 def table(res: dict, sad: dict | None = None) -> str:
     """The measured table (markdown): claim, measured (seed 0; mean ± sd over the
     seeds), verdict (the rule's outcome and the number it used)."""
-    from gflow.analysis.saddle import saddle_rate
+    from gflow.analysis import saddle_rate
 
     sad = saddle_rows() if sad is None else sad
     a, b, c, d, e, g = (res[k] for k in "abcdeg")
@@ -846,7 +847,7 @@ def table(res: dict, sad: dict | None = None) -> str:
 
 def plot(cfg: Config, res: dict, *, out: Path = OUT, path: Path | None = None) -> None:
     """One panel per claim, from the saved runs."""
-    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting import plt, save_figure
 
     fig, axes = plt.subplots(3, 3, figsize=(14, 11))
     ax = axes[0, 0]

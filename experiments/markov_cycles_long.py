@@ -32,8 +32,8 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-from gflow.analysis.stages import StageDetector, detect_stages  # noqa: E402
-from gflow.plotting import paper  # noqa: E402
+import gflow.plotting as paper  # noqa: E402
+from gflow.analysis import StageDetector, detect_stages  # noqa: E402
 from gflow.runs.files import read_json, write_json  # noqa: E402
 from gflow.runs.flow_run import FlowConfig, run_flow  # noqa: E402
 from gflow.runs.trajectory_files import load_trajectory, save_trajectory  # noqa: E402

@@ -73,13 +73,10 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 from experiments import _docs  # noqa: E402
-from gflow.analysis.stage_observables import StageObservables  # noqa: E402
-from gflow.analysis.stages import detect_stages  # noqa: E402
-from gflow.dynamics.flow import solve_flow  # noqa: E402
+from gflow.analysis import StageObservables, detect_stages  # noqa: E402
+from gflow.dynamics import solve_flow  # noqa: E402
 from gflow.dynamics.solvers import StiffSwitch  # noqa: E402
-from gflow.problems.losses import PopulationLoss  # noqa: E402
-from gflow.problems.markov import MarkovChain  # noqa: E402
-from gflow.problems.model import AttentionModel  # noqa: E402
+from gflow.problems import AttentionModel, MarkovChain, PopulationLoss  # noqa: E402
 from gflow.runs.files import read_json, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -437,7 +434,7 @@ def table(cfg: Config, summ: dict) -> str:
 
 def plot(cfg: Config, summ: dict, path: Path) -> None:
     """Stage starts, escape and plateau length against ε, mean ± sd over the seeds."""
-    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting import plt, save_figure
 
     rows = [summ["default"]] + [summ[k] for k in summ if k.startswith("eps_")]
     eps = np.array([r["eps"] for r in rows])

@@ -39,27 +39,27 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import _docs  # noqa: E402
-from gflow.analysis.asymmetry import (  # noqa: E402
+from gflow.analysis import (  # noqa: E402
     block_singular_values,
+    block_spectra,
+    block_weights,
+    condensation_rate,
+    dense_hessian,
+    detect_stages,
     embed_rank_one,
+    extreme_eigenpairs,
+    flatten,
+    linearised_flow,
     rank_one_critical_point,
     rank_one_part,
-    split_hessian,
-    symmetric_chain,
-)
-from gflow.analysis.critical import block_weights, linearised_flow  # noqa: E402
-from gflow.analysis.hessian import dense_hessian, extreme_eigenpairs, flatten  # noqa: E402
-from gflow.analysis.saddle import (  # noqa: E402
-    block_spectra,
-    condensation_rate,
     saddle_rate,
+    split_hessian,
     structure,
+    symmetric_chain,
     unigram_saddle,
 )
-from gflow.analysis.stages import detect_stages  # noqa: E402
-from gflow.dynamics.flow import solve_flow  # noqa: E402
-from gflow.problems.losses import PopulationLoss  # noqa: E402
-from gflow.problems.model import AttentionModel  # noqa: E402
+from gflow.dynamics import solve_flow  # noqa: E402
+from gflow.problems import AttentionModel, PopulationLoss  # noqa: E402
 from gflow.runs.files import write_json  # noqa: E402
 from gflow.runs.flow_run import FlowConfig, run_flow  # noqa: E402
 
@@ -427,7 +427,7 @@ def mass_rows(r: dict) -> list[tuple[str, str, str, str]]:
 
 
 def plot_saddle(cfg: Config, r: dict, fig_dir: Path) -> None:
-    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     x = np.log(1 / np.array(cfg.eps))
@@ -866,7 +866,7 @@ def manifold_rows(r: dict) -> list[tuple[str, str, str, str]]:
 
 
 def plot_asymmetry(r: dict, fig_dir: Path) -> None:
-    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting import plt, save_figure
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     ax = axes[0]

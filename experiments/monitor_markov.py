@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 
 import gflow  # noqa: E402
 from experiments import _docs  # noqa: E402
-from gflow.plotting.monitor import plot_monitor  # noqa: E402
+from gflow.plotting import plot_monitor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "experiments" / "results" / "monitor_markov"

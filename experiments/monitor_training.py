@@ -649,7 +649,7 @@ def main(argv=None) -> int:
         results = run(cfg, out)
         write_json(out / "results.json", results)
         main_dir = out / "monitors" / f"seed{cfg.main_seed}_baseline"
-        from gflow.plotting.monitor import plot_monitor
+        from gflow.plotting import plot_monitor
 
         plot_monitor(main_dir, out / "monitor.png")
     doc = not args.quick and args.out is None

@@ -118,7 +118,7 @@ QUICK = Settings(
 
 def run_dir(cfg, out: Path) -> Path:
     """Run (or resume) one ``gflow text`` configuration into ``out``."""
-    from gflow.plotting.text import plot_attention_rows, plot_text_summary
+    from gflow.plotting import plot_attention_rows, plot_text_summary
     from gflow.runs.text_files import write_text_run, write_text_start
     from gflow.runs.text_pieces import RunPieces
     from gflow.runs.text_run import prepare, run_text
@@ -281,7 +281,7 @@ def flow_check(out: Path, flow: Path, name: str) -> dict:
     flow's end with the same rules: how many rows make the same moves, the largest
     difference of their start times, the flow's own moves and its cost."""
     from gflow.runs.files import read_json
-    from gflow.text.row_phases import row_phases
+    from gflow.text import row_phases
 
     tokens = [r["token"] for r in read_json(out / "vocab.json")]
 

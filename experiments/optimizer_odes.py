@@ -30,12 +30,9 @@ jax.config.update("jax_enable_x64", True)
 import optax  # noqa: E402
 
 from gflow import PopulationLoss  # noqa: E402
-from gflow.analysis.sweep_compare import compare_sweep  # noqa: E402
-from gflow.dynamics.references.optimizer_odes import (  # noqa: E402
-    AdamODEReference,
-    MomentumODEReference,
-)
-from gflow.dynamics.sweep import run_sweep  # noqa: E402
+from gflow.analysis import compare_sweep  # noqa: E402
+from gflow.dynamics import run_sweep  # noqa: E402
+from gflow.dynamics.references import AdamODEReference, MomentumODEReference  # noqa: E402
 from gflow.runs.flow_run import FlowConfig  # noqa: E402
 
 

@@ -62,15 +62,10 @@ from gflow import (  # noqa: E402
     sharpness_along,
     solve_flow,
 )
-from gflow.analysis.compare import departure_time  # noqa: E402
-from gflow.dynamics.optimizers import optimizer_named  # noqa: E402
-from gflow.dynamics.references.base import (  # noqa: E402
-    at_times,
-    evaluate_along,
-    union_times,
-)
+from gflow.analysis import departure_time  # noqa: E402
+from gflow.dynamics import optimizer_named, run_sweep  # noqa: E402
+from gflow.dynamics.references import at_times, evaluate_along, union_times  # noqa: E402
 from gflow.dynamics.solvers import StiffSwitch  # noqa: E402
-from gflow.dynamics.sweep import run_sweep  # noqa: E402
 from gflow.runs.flow_run import FlowConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,9 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-from gflow.analysis.hessian import max_eigenvalue
+from gflow.analysis import max_eigenvalue
 from gflow.cli.main import main
-from gflow.problems.losses import PopulationLoss
+from gflow.problems import PopulationLoss
 from gflow.runs.load import load_run
 from gflow.runs.sweep_run import SweepConfig
 

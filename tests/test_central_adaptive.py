@@ -13,7 +13,7 @@ import optax
 import pytest
 
 import gflow
-from gflow.dynamics.references.central_adaptive import (
+from gflow.dynamics.references import (
     AdamCentralFlowReference,
     MomentumCentralFlowReference,
     RMSPropCentralFlowReference,

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gflow.dynamics.flow import solve_flow
-from gflow.dynamics.references.central import (
+from gflow.dynamics import solve_flow
+from gflow.dynamics.references import (
     CentralFlowReference,
     solve_complementarity,
     third_derivatives,

@@ -28,8 +28,7 @@ from gflow.runs.flow_run import FlowConfig
 from gflow.runs.load import load_run
 from gflow.runs.text_run import TextConfig, init_model, prepare
 from gflow.runs.trajectory_files import load_trajectory
-from gflow.text import text_loss
-from gflow.text.tokenize import TOKENIZERS
+from gflow.text import TOKENIZERS, text_loss
 
 
 def _leaves(model):
@@ -261,15 +260,13 @@ def test_text_tokenizer_max_chars_lrs_all_positions_topk_float64(tmp_path):
 def test_text_download_allows_a_hub_corpus(tmp_path, monkeypatch, capsys):
     """Without --download a hub name is refused (naming --download); with it the hub
     loader is called (stubbed here: nothing is fetched)."""
-    import gflow.text.corpus
-
     calls = []
 
     def hub(name, split, max_chars):
         calls.append(name)
         raise ValueError(f"corpus {name!r}: stub, nothing is fetched in tests")
 
-    monkeypatch.setattr(gflow.text.corpus, "_load_hub", hub)
+    monkeypatch.setattr("gflow.text.corpus._load_hub", hub)
     argv = ["text", "--corpus", "wikitext", "--out", str(tmp_path / "run")]
     assert main(argv) == 2
     assert "--download" in capsys.readouterr().err and calls == []

@@ -6,18 +6,18 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss, Trajectory
-from gflow.analysis.compare import (
+from gflow.analysis import (
     compare,
+    dense_hessian,
     departure_time,
+    predicted_departure,
     richardson,
+    sharpness_along,
     stage_shifts,
     stage_times,
 )
-from gflow.analysis.hessian import dense_hessian
-from gflow.analysis.sharpness import predicted_departure, sharpness_along
-from gflow.dynamics.metrics import gradient_norm
-from gflow.dynamics.optimizers import SGD, Adam, Momentum, optimizer_named
-from gflow.dynamics.references.flow import ModifiedLoss
+from gflow.dynamics import SGD, Adam, Momentum, gradient_norm, optimizer_named
+from gflow.dynamics.references import ModifiedLoss
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +245,7 @@ def test_stability_bounds():
 
 
 def test_fit_order_recovers_a_power_law_and_skips_bad_errors():
-    from gflow.analysis.compare import fit_order
+    from gflow.analysis import fit_order
 
     lrs = np.array([0.4, 0.2, 0.1, 0.05])
     p, c = fit_order(lrs, 3.0 * lrs**1.5)

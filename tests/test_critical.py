@@ -7,13 +7,13 @@ import pytest
 import scipy.linalg
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss
-from gflow.analysis.critical import (
+from gflow.analysis import (
     block_weights,
+    extreme_eigenpairs,
     hessian_spectrum,
     linearised_flow,
     newton_critical_point,
 )
-from gflow.analysis.hessian import extreme_eigenpairs
 
 PI = np.array([0.75, 0.19, 0.05, 0.01])
 M_WIDTH = 3

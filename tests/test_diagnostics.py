@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel, MarkovChain, population_loss
-from gflow.analysis.observables import entropy
-from gflow.analysis.stage_observables import (
+from gflow.analysis import (
     StageObservables,
     align_signs,
     cosine,
     effective_rank,
+    entropy,
     sequence_attention,
     token_coordinates,
 )
-from gflow.dynamics.metrics import evaluate_metrics
+from gflow.dynamics import evaluate_metrics
 
 PI = np.array([0.75, 0.19, 0.05, 0.01])
 

@@ -5,8 +5,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from gflow.plotting.figure import plain_log_ticks, save_figure
-from gflow.plotting.stages import stage_legend
+from gflow.plotting import plain_log_ticks, save_figure, stage_legend
 
 
 def _figure_with_a_stage_legend():

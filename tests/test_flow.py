@@ -138,7 +138,7 @@ def test_same_configuration_gives_bit_identical_results(setup):
     ],
 )
 def test_grad_evals_per_step_from_the_tableau(solver, per_step):
-    from gflow.dynamics.flow import grad_evals_per_step
+    from gflow.dynamics import grad_evals_per_step
 
     tableau = getattr(solver, "tableau", None)
     if tableau is not None and not tableau.implicit:
@@ -301,7 +301,7 @@ def test_evaluations_of_a_solve_whose_only_step_was_rejected(setup):
 
 
 def test_evaluations_per_step_of_other_solvers(unchecked):  # duck-typed solvers
-    from gflow.dynamics.flow import grad_evals_per_step
+    from gflow.dynamics import grad_evals_per_step
 
     class Counted:
         grad_evals_per_step = 3

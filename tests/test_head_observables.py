@@ -14,16 +14,16 @@ from matplotlib.image import imread
 
 import gflow
 from gflow import AttentionModel, MarkovChain
-from gflow.analysis.head_observables import (
+from gflow.analysis import (
     HeadObservables,
+    HeadStage,
+    StageDetector,
+    detect_head_stages,
     head_attention_entropy,
-    product_singular_values,
 )
-from gflow.analysis.head_stages import HeadStage, detect_head_stages
-from gflow.analysis.stages import StageDetector
-from gflow.dynamics.trajectory import Trajectory
-from gflow.plotting.heads import plot_attention_maps, plot_head_entropy
-from gflow.problems.transformer import Transformer
+from gflow.dynamics import Trajectory
+from gflow.plotting import plot_attention_maps, plot_head_entropy
+from gflow.problems import Transformer, product_singular_values
 
 CHAIN = MarkovChain.from_lambda(pi=(0.6, 0.25, 0.1, 0.05), lam=0.5)
 OPTIONS = dict(d_ff=8, value=True, layernorm=True, residual=True, max_len=16)

@@ -3,13 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss
-from gflow.analysis.hessian import (
-    dense_hessian,
-    extreme_eigenpairs,
-    flatten,
-    hvp,
-    lanczos,
-)
+from gflow.analysis import dense_hessian, extreme_eigenpairs, flatten, hvp, lanczos
 
 
 def _setup():

@@ -11,7 +11,7 @@ from gflow import (
     population_loss,
     sequence_loss,
 )
-from gflow.problems.losses import population_attention
+from gflow.problems import population_attention
 
 # jit whole computations: op-by-op dispatch compiles every primitive separately
 seq_value_and_grad = eqx.filter_jit(eqx.filter_value_and_grad(sequence_loss))

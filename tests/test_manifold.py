@@ -7,17 +7,17 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss
-from gflow.analysis.asymmetry import (
+from gflow.analysis import (
     block_singular_values,
     embed_rank_one,
+    flatten,
     rank_one_critical_point,
     rank_one_part,
     split_hessian,
     symmetric_chain,
     tangent_basis,
 )
-from gflow.analysis.hessian import flatten
-from gflow.dynamics.flow import solve_flow
+from gflow.dynamics import solve_flow
 
 M_WIDTH = 5
 

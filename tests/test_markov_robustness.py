@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from experiments import markov_robustness as mr
-from gflow.analysis.stages import Stage
-from gflow.problems.markov import MarkovChain
+from gflow.analysis import Stage
+from gflow.problems import MarkovChain
 
 PI = np.array(mr.PI)
 

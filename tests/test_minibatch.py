@@ -7,8 +7,8 @@ import optax
 import pytest
 
 from gflow import AttentionModel, MarkovChain, SequenceLoss, run_optimizer
-from gflow.dynamics.minibatch import minibatch_segment, run_minibatch, step_keys
-from gflow.problems.losses import sequence_loss
+from gflow.dynamics import minibatch_segment, run_minibatch, step_keys
+from gflow.problems import sequence_loss
 
 CHAIN = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
 FIXED = CHAIN.sample(key=jax.random.key(5), batch=16, length=6)

@@ -17,8 +17,8 @@ import pytest
 
 import gflow
 from gflow import AttentionModel, MarkovChain, Monitor, Transformer
-from gflow.analysis.head_observables import HeadObservables
-from gflow.monitor.logs import read_rows
+from gflow.analysis import HeadObservables
+from gflow.monitor import read_rows
 
 CHAIN = MarkovChain.default()
 ETA = 0.25

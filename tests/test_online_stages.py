@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gflow import OnlineStageDetector, Stage, StageDetector
-from gflow.analysis.head_stages import detect_head_stages
-from gflow.dynamics.trajectory import Trajectory
+from gflow.analysis import detect_head_stages
+from gflow.dynamics import Trajectory
 
 
 def _sigmoid(x):

@@ -4,12 +4,9 @@ import numpy as np
 import optax
 import pytest
 
-from gflow.analysis.sweep_compare import compare_sweep
-from gflow.dynamics.references.optimizer_odes import (
-    AdamODEReference,
-    MomentumODEReference,
-)
-from gflow.dynamics.sweep import run_sweep
+from gflow.analysis import compare_sweep
+from gflow.dynamics import run_sweep
+from gflow.dynamics.references import AdamODEReference, MomentumODEReference
 
 LRS = (0.04, 0.02, 0.01)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import gflow
-from gflow.problems.losses import PopulationLoss
+from gflow.problems import PopulationLoss
 from gflow.runs.program_cache import describe
 
 TSIT5 = diffrax.Tsit5()  # a smaller program than the default's: quicker to export

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from gflow.cli.main import main
-from gflow.plotting.figure import save_figure
+from gflow.plotting import save_figure
 from gflow.runs.files import write_json
 from gflow.runs.report import render_report
 

@@ -4,7 +4,7 @@ moves of a constructed row with known centres, named by the key they concern."""
 import numpy as np
 import pytest
 
-from gflow.text.row_phases import describe, row_phases
+from gflow.text import describe, row_phases
 
 
 def _sig(x):

@@ -8,17 +8,19 @@ import numpy as np
 import pytest
 
 from gflow import MarkovChain, PopulationLoss
-from gflow.analysis.critical import hessian_spectrum, linearised_flow
-from gflow.analysis.hessian import extreme_eigenpairs, flatten
-from gflow.analysis.saddle import (
+from gflow.analysis import (
     block_spectra,
     condensation_rate,
+    extreme_eigenpairs,
+    flatten,
+    hessian_spectrum,
+    linearised_flow,
     restricted_newton,
     saddle_rate,
     structure,
     unigram_saddle,
 )
-from gflow.dynamics.flow import solve_flow
+from gflow.dynamics import solve_flow
 
 PI = np.array([0.75, 0.19, 0.05, 0.01])
 M_WIDTH = 3

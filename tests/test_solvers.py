@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss, solve_flow
-from gflow.analysis.hessian import dense_hessian, flatten
+from gflow.analysis import dense_hessian, flatten
 from gflow.dynamics.solvers import RKC2, StiffSwitch
 
 LAMBDAS = jnp.geomspace(0.01, 1e4, 40)
@@ -173,7 +173,7 @@ def _one_step(solver, h, y0=None, made_jump=False):
 def test_rkc2_step_is_stable_with_the_stages_it_picks():
     """With s = num_stages(h ρ) every mode λ ≤ ρ is damped: |y1/y0| ≤ 1, and the
     stage count is the documented 1 + ⌊√(1 + 1.54 h ρ)⌋."""
-    from gflow.dynamics.solvers.rkc import num_stages
+    from gflow.dynamics.solvers import num_stages
 
     h = 0.5  # h ρ = 200 for ρ = 400: far outside Tsit5's interval
     state, (y1, y_error, _, new_state, result) = _one_step(RKC2(), h)
@@ -279,7 +279,7 @@ def test_solvers_pass_time_and_args_to_the_vector_field():
 @pytest.mark.slow
 def test_stage_counts_at_their_edges():
     """s = 1 + ⌊√(1 + 1.54 h ρ)⌋: 2 for a non-stiff step, 3 up to h ρ = 8/1.54."""
-    from gflow.dynamics.solvers.rkc import num_stages
+    from gflow.dynamics.solvers import num_stages
 
     for h_rho, s in ((0.0, 2), (5.0, 3), (5.1, 3), (5.2, 4), (240.0, 20)):
         assert int(num_stages(jnp.asarray(h_rho))) == s, h_rho
@@ -305,7 +305,7 @@ def test_rkc2_step_is_its_chebyshev_stability_polynomial():
     b_s = T_s''(w0)/T_s'(w0)² and a_s = 1 - b_s T_s(w0) (Verwer et al.'s RKC2)."""
     from numpy.polynomial import chebyshev as C
 
-    from gflow.dynamics.solvers.rkc import DAMPING
+    from gflow.dynamics.solvers import DAMPING
 
     for h in (0.003, 0.05, 0.5):
         _, (y1, *_, state, _) = _one_step(RKC2(), h)

@@ -9,16 +9,23 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss, solve_flow
-from gflow.analysis.hessian import flatten
-from gflow.dynamics.solvers import EXPRB32, ROCK4, AutoState, AutoSwitch, ExpState
-from gflow.dynamics.solvers.auto import hermite_stages, tsit5_step
-from gflow.dynamics.solvers.exprb import exprb32_step, lanczos, phi
-from gflow.dynamics.solvers.rock4 import (
+from gflow.analysis import flatten
+from gflow.dynamics.solvers import (
     DEGREES,
+    EXPRB32,
     MAX_STAGES,
+    ROCK4,
+    AutoState,
+    AutoSwitch,
+    ExpState,
     degree_index,
+    exprb32_step,
+    hermite_stages,
+    lanczos,
+    phi,
     rock4_step,
     stages_needed,
+    tsit5_step,
 )
 from gflow.runs.flow_run import SOLVERS, FlowConfig
 

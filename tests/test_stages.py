@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gflow.analysis.stages import Stage, StageDetector, detect_stages, turning_points
-from gflow.dynamics.trajectory import Trajectory
+from gflow.analysis import Stage, StageDetector, detect_stages, turning_points
+from gflow.dynamics import Trajectory
 
 moves = StageDetector().moves
 growth = StageDetector().growth

@@ -8,8 +8,7 @@ import pytest
 
 pytest.importorskip("tokenizers")
 
-from gflow.text.subword import WHITESPACE, SubwordTokenizer  # noqa: E402
-from gflow.text.tokenize import Vocabulary  # noqa: E402
+from gflow.text import WHITESPACE, SubwordTokenizer, Vocabulary  # noqa: E402
 
 TEXT = (
     "Once upon a time, there was a little girl named Lily. She liked to play "
@@ -58,11 +57,11 @@ def test_json_round_trip_and_determinism(kind):
 def test_chunked_encoding_equals_one_piece_encoding(kind):
     """Long texts are encoded in chunks cut before a space: the pieces must be
     those of the whole text at once."""
-    from gflow.text import subword
+    from gflow.text.subword import _chunks
 
     tok = SubwordTokenizer.train(TEXT, kind=kind, vocab_size=100, whitespace="prefix")
     whole = tok._tok.encode(TEXT).tokens
-    chunks = list(subword._chunks(TEXT, size=97))
+    chunks = list(_chunks(TEXT, size=97))
     assert len(chunks) > 10 and "".join(chunks) == TEXT
     assert [p for c in chunks for p in tok._tok.encode(c).tokens] == whole
 

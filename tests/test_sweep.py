@@ -16,9 +16,8 @@ from gflow import (
     SequenceLoss,
     run_optimizer,
 )
-from gflow.analysis.compare import fit_order
-from gflow.analysis.hessian import max_eigenvalue
-from gflow.dynamics.sweep import run_sweep, save_steps
+from gflow.analysis import fit_order, max_eigenvalue
+from gflow.dynamics import run_sweep, save_steps
 
 TRACES = []
 
@@ -206,7 +205,7 @@ def test_sweep_shards_over_four_cpu_devices():
 
 
 def test_departure_records_figure(tmp_path):
-    from gflow.plotting.sweep import plot_departure_records
+    from gflow.plotting import plot_departure_records
 
     member = {
         "lr": 2.0,

@@ -3,7 +3,7 @@ import optax
 import pytest
 
 import gflow.runs.resumable_sweep as ck
-from gflow.dynamics.sweep import run_sweep
+from gflow.dynamics import run_sweep
 from gflow.runs.resumable_sweep import chunk_path, run_sweep_resumable
 
 LRS = [0.2, 0.1, 0.05, 0.04, 0.02]

@@ -12,10 +12,9 @@ import pytest
 
 from gflow import AttentionModel
 from gflow.cli.main import main
-from gflow.dynamics.minibatch import step_keys
+from gflow.dynamics import step_keys
 from gflow.runs.trajectory_files import load_trajectory
-from gflow.text import TextLoss, WindowStream, text_loss
-from gflow.text.train import run_minibatch
+from gflow.text import TextLoss, WindowStream, run_minibatch, text_loss
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel, sequence_loss
-from gflow.analysis.observables import entropy
+from gflow.analysis import entropy
 from gflow.text import (
     PositionalAttentionModel,
     TextLoss,
@@ -133,7 +133,7 @@ def test_default_queries_are_mid_frequency_words():
 
 @pytest.mark.slow
 def test_counts_form_equals_sequence_loss_and_scatter_attention(model, windows):
-    from gflow.text.counts import counts_loss, window_log_counts
+    from gflow.text import counts_loss, window_log_counts
 
     lc = jnp.asarray(window_log_counts(windows, D))
     res = AttentionModel.init(
@@ -173,9 +173,8 @@ def test_full_batch_loop_matches_optax_and_snapshot_observables(model, windows):
     that step (what the loop used to compute inside)."""
     import optax
 
-    from gflow.dynamics.optimizers import SGD, Adam
-    from gflow.text.fullbatch import run_full_batch
-    from gflow.text.observables import observe_snapshots
+    from gflow.dynamics import SGD, Adam
+    from gflow.text import observe_snapshots, run_full_batch
 
     loss = TextLoss(windows, d_vocab=D)
     obs = TextObservables(windows, [1, 2], [0, 1], d_vocab=D)
@@ -210,8 +209,8 @@ def test_full_batch_loop_matches_optax_and_snapshot_observables(model, windows):
 
 
 def test_full_batch_loop_stops_on_divergence(model, windows):
-    from gflow.dynamics.optimizers import SGD
-    from gflow.text.fullbatch import run_full_batch
+    from gflow.dynamics import SGD
+    from gflow.text import run_full_batch
 
     traj = run_full_batch(
         TextLoss(windows, d_vocab=D),
@@ -229,8 +228,8 @@ def test_full_batch_loop_stops_on_divergence(model, windows):
 
 
 def test_full_batch_loop_refuses_other_optimizers(model, windows, unchecked):
-    from gflow.dynamics.optimizers import Momentum
-    from gflow.text.fullbatch import run_full_batch
+    from gflow.dynamics import Momentum
+    from gflow.text import run_full_batch
 
     with pytest.raises(ValueError, match="optimizer must be"):
         run_full_batch(TextLoss(windows), model, optimizer=Momentum(),

@@ -14,9 +14,7 @@ import pytest
 from gflow.cli.main import build_parser, main
 from gflow.runs.text_run import TextConfig, init_model, prepare
 from gflow.runs.trajectory_files import load_trajectory
-from gflow.text import TextLoss, WindowStream
-from gflow.text.fullbatch import warmup_cosine
-from gflow.text.train import batch_loss
+from gflow.text import TextLoss, WindowStream, batch_loss, warmup_cosine
 
 
 @pytest.fixture(scope="module")

@@ -110,7 +110,7 @@ def test_a_piece_of_another_configuration_is_refused(tmp_path):
     cfg = TextConfig(corpus=str(corpus), vocab_size=12, context=4, windows=16)
     data = prepare(cfg)
     model = init_model(cfg, len(data.vocab))
-    from gflow.dynamics.trajectory import Trajectory
+    from gflow.dynamics import Trajectory
 
     traj = Trajectory(
         t=np.arange(3.0), metrics={"loss": np.ones(3)}, final=model,

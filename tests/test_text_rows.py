@@ -9,8 +9,7 @@ import pytest
 
 from gflow import AttentionModel
 from gflow.cli.main import build_parser
-from gflow.text import TextObservables
-from gflow.text.windows import fixed_sample, query_windows
+from gflow.text import TextObservables, fixed_sample, query_windows
 
 
 def test_query_windows_end_at_their_query_and_are_slices_of_the_stream():

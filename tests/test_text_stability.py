@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel
-from gflow.analysis.hessian import dense_hessian
+from gflow.analysis import dense_hessian
 from gflow.cli.main import main
-from gflow.dynamics.optimizers import SGD
-from gflow.text import TextLoss
-from gflow.text.fullbatch import run_full_batch
-from gflow.text.stability import (
+from gflow.dynamics import SGD
+from gflow.text import (
+    TextLoss,
     checked_saves,
+    run_full_batch,
     stability_check,
     stability_line,
     stability_warning,

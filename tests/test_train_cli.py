@@ -8,7 +8,7 @@ import pytest
 
 from gflow import load_run, write_report
 from gflow.cli.main import main
-from gflow.problems.transformer import Transformer
+from gflow.problems import Transformer
 
 SMALL = ["--steps", "8", "--num-saves", "5", "--segments", "2", "--seq-len", "6",
          "--batch", "4", "--eval-batch", "8", "--d-model", "4", "--layers", "2",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel, MarkovChain
-from gflow.problems.transformer import Transformer
+from gflow.problems import Transformer
 
 CHAIN = MarkovChain.from_lambda(pi=(0.6, 0.25, 0.1, 0.05), lam=0.5)
 
@@ -106,7 +106,7 @@ def test_every_option_is_present_and_moves_the_output():
 
 
 def test_layernorm_normalises_and_bad_settings_are_refused():
-    from gflow.problems.transformer import LayerNorm
+    from gflow.problems import LayerNorm
 
     ln = LayerNorm(jnp.ones(5), jnp.zeros(5))
     y = ln(jnp.arange(10.0).reshape(2, 5))

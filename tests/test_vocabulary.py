@@ -109,7 +109,7 @@ def test_a_plain_import_reaches_every_name_the_readme_uses():
     lines = out.stdout.split("\n")
     assert lines[0].startswith("StiffSwitch ") and lines[0].split()[1][0].isdigit()
     assert lines[0].split()[1] == gflow.__version__
-    assert gflow.solvers.StiffSwitch is gflow.dynamics.solvers.switch.StiffSwitch
+    assert gflow.solvers.StiffSwitch is gflow.dynamics.solvers.StiffSwitch
 
 
 def test_stage_thresholds_are_fields_of_the_detector():
