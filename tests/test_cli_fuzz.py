@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from gflow.cli import common
 from gflow.cli.main import build_parser, main
 from gflow.cli.processes import coordinator_address
-from gflow.dynamics.optimizers import OPTIMIZERS
+from gflow.dynamics import OPTIMIZERS
 from gflow.runs.flow_run import SOLVERS, FlowConfig
 from gflow.runs.sweep_run import SweepConfig
 from gflow.runs.text_config import (
@@ -41,8 +41,8 @@ from gflow.runs.text_config import (
     TextConfig,
 )
 from gflow.runs.train_run import SCHEDULES, TrainConfig
-from gflow.text.fullbatch import SCHEDULES as TEXT_SCHEDULES
-from gflow.text.subword import WHITESPACE_MODES
+from gflow.text import SCHEDULES as TEXT_SCHEDULES
+from gflow.text import WHITESPACE_MODES
 
 FUZZ = settings(
     max_examples=10,
