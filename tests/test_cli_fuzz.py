@@ -151,6 +151,10 @@ NAMES = {
     ("text", "--schedule"): set(TEXT_SCHEDULES),
     ("train", "--optimizer"): set(OPTIMIZERS),
     ("train", "--schedule"): set(SCHEDULES),
+    ("sweep", "--optimizer"): set(OPTIMIZERS),
+    ("sweep", "--reference"): {"flow", "modified", "central"},
+    ("compare", "--optimizer"): set(OPTIMIZERS),
+    ("compare", "--reference"): {"flow", "central"},
 }
 
 
@@ -344,6 +348,7 @@ def _refuse_to_run(*args, **kwargs):
 RUNS = [
     ("gflow.runs.flow_run", "run_flow"),
     ("gflow.runs.sweep_run", "run_sweep_config"),
+    ("gflow.runs.sweep_run", "run_sweep_members"),
     ("gflow.dynamics.optimizer_run", "run_optimizer"),
     ("gflow.runs.text_run", "run_text"),
     ("gflow.runs.train_run", "run_train"),

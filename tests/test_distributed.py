@@ -91,8 +91,10 @@ def test_process_0_names_a_chunk_it_cannot_see(sgd_setup, tmp_path, monkeypatch)
         )  # fmt: skip
 
 
-def test_worker_options_give_the_configuration_back(tmp_path):
-    from gflow.cli.sweep import _resolve, worker_args
+def test_workers_start_from_the_configuration_on_disk(tmp_path):
+    """--processes writes config.json first; each worker reads the configuration
+    back from it, exactly (floats that only repr keeps included)."""
+    from gflow.runs import RunDirectory
     from gflow.runs.flow_run import FlowConfig
     from gflow.runs.sweep_run import SweepConfig
 
@@ -103,15 +105,20 @@ def test_worker_options_give_the_configuration_back(tmp_path):
                     num_saves=11, reference="flow"),
         SweepConfig(reference="modified", lrs=(0.1, 0.05, 0.02)),
     ):  # fmt: skip
-        args = build_parser().parse_args(["sweep", *worker_args(cfg, tmp_path)])
-        assert _resolve(args) == cfg and args.out == tmp_path
+        run = RunDirectory(tmp_path / f"run-{cfg.fingerprint()}")
+        run.write_config("sweep", cfg, environment=None)
+        assert run.read_config(SweepConfig, "sweep", "--resume") == cfg
 
 
 def test_the_chunk_shrinks_so_that_every_process_has_one():
-    from gflow.cli.sweep import _resolve
+    from gflow.cli.options import resolve
+    from gflow.runs.sweep_run import SweepJob
+
+    job = SweepJob()
 
     def chunk(*argv, processes=1):
-        return _resolve(build_parser().parse_args(["sweep", *argv]), processes).chunk
+        request = resolve(job, build_parser().parse_args(["sweep", *argv]))
+        return job.for_processes(request.cfg, processes, request.chosen).chunk
 
     assert chunk() == 4  # one process: the default, as before
     assert chunk("--lrs", "0.4,0.2", processes=1) == 4

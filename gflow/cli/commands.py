@@ -1,9 +1,56 @@
-"""The ``gflow`` sub-commands: one module each, each with ``register(subparsers)``.
+"""The ``gflow`` sub-commands: each a job (``gflow.runs``) and its figures.
 
-A module's ``register`` adds its parser and sets ``handler=run``; ``run(args)`` returns
-the exit status. Add a command by writing a module and listing it here.
+``JobCommand`` gives any job its parser (the options come from its configuration)
+and runs it through the one driver (``gflow.cli.driver.execute``). Add a command by
+writing its job and listing it here.
 """
 
-from gflow.cli import compare, flow, report, sweep, text, train
+from __future__ import annotations
 
-COMMANDS = [flow, sweep, compare, text, train, report]
+from gflow.cli import compare, report, text, train
+from gflow.cli.driver import Figures, execute
+from gflow.cli.options import add_options
+from gflow.runs.flow_run import FlowJob
+from gflow.runs.job import AbstractJob
+from gflow.runs.sweep_run import SweepJob
+
+
+class JobCommand:
+    """A command that runs ``job`` and then draws ``figures(run_dir, result)``."""
+
+    def __init__(self, job: AbstractJob, figures: Figures | None = None):
+        self.job = job
+        self.figures = figures
+
+    def register(self, sub) -> None:
+        p = sub.add_parser(
+            self.job.command, help=self.job.help, description=self.job.description
+        )
+        add_options(p, self.job)
+        p.set_defaults(handler=self.run)
+
+    def run(self, args) -> int:
+        return execute(self.job, args, self.figures)
+
+
+def _flow_figures(run_dir, result) -> None:
+    from gflow.plotting.figures import flow_figures  # matplotlib: only if drawn
+
+    flow_figures(run_dir, result.cfg, result.trajectory, result.stages)
+
+
+def _sweep_figures(run_dir, result) -> None:
+    from gflow.plotting.figures import sweep_figures
+
+    cfg, out = result
+    sweep_figures(run_dir, cfg, out)
+
+
+COMMANDS = [
+    JobCommand(FlowJob(), _flow_figures),
+    JobCommand(SweepJob(), _sweep_figures),
+    compare,
+    text,
+    train,
+    report,
+]

@@ -8,7 +8,7 @@ import signal
 import sys
 
 from gflow.cli.commands import COMMANDS
-from gflow.cli.errors import UsageError
+from gflow.runs.config import ConfigError
 
 _TYPE_NAMES = {"int": "an integer", "float": "a number"}
 
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         return args.handler(args)
-    except (UsageError, ValueError, FileNotFoundError) as e:
+    except (ConfigError, FileNotFoundError) as e:  # UsageError is a ConfigError
         if args.debug:
             raise
         message = " ".join(str(e).split()) or type(e).__name__  # always one line

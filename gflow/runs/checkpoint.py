@@ -27,6 +27,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from gflow.runs.config import ConfigError
 from gflow.runs.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class PieceStore:
         for name, value in (expect or {}).items():
             same &= name in columns and np.array_equal(columns[name], value)
         if not same:
-            raise ValueError(
+            raise ConfigError(
                 f"{path} was written by a different configuration; resume with "
                 "the same settings, or use a new output directory"
             )

@@ -1,4 +1,4 @@
-"""What a run records about where it ran, and checks every configuration shares."""
+"""What a run records about where it ran (config.json's ``environment``)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,6 @@ import platform
 from importlib import metadata
 
 import jax
-
-
-def check_seed(seed) -> None:
-    """ValueError unless ``seed`` is a PRNG seed every run can use: [0, 2**32)."""
-    if not 0 <= seed < 2**32:
-        raise ValueError(f"seed: must be an integer in [0, 2**32), got {seed}")
 
 
 def environment() -> dict:

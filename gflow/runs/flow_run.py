@@ -6,81 +6,70 @@ import dataclasses
 import math
 from pathlib import Path
 
-import diffrax
 import jax
 import numpy as np
 
 from gflow.analysis.stage_observables import StageObservables
 from gflow.analysis.stages import Stage, detect_stages
 from gflow.dynamics.flow import solve_flow
-from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import PopulationLoss
 from gflow.problems.markov import MarkovChain
 from gflow.problems.model import AttentionModel
-from gflow.runs.environment import check_seed, environment
+from gflow.runs.config import (
+    AbstractConfig,
+    at_least,
+    bad,
+    check_seed,
+    positive,
+    setting,
+)
 from gflow.runs.files import write_json
+from gflow.runs.job import AbstractJob, Context
+from gflow.runs.names import SOLVERS
 from gflow.runs.resumable_flow import solve_flow_resumable
+from gflow.runs.run_dir import RunDirectory
 from gflow.runs.trajectory_files import save_trajectory
-
-#: The solvers a configuration can name; strings become objects here only.
-SOLVERS = {
-    "auto": AutoSwitch,
-    "euler": diffrax.Euler,
-    "heun": diffrax.Heun,
-    "bosh3": diffrax.Bosh3,
-    "tsit5": diffrax.Tsit5,
-    "dopri5": diffrax.Dopri5,
-    "dopri8": diffrax.Dopri8,
-    "kvaerno5": diffrax.Kvaerno5,
-    "rkc2": RKC2,
-    "rock4": ROCK4,
-    "exprb32": EXPRB32,
-    "stiff": StiffSwitch,
-}
 
 
 @dataclasses.dataclass(frozen=True)
-class FlowConfig:
+class FlowConfig(AbstractConfig):
     """Everything that defines a Markov population flow; validates itself."""
 
-    pi: tuple[float, ...] = (0.75, 0.19, 0.05, 0.01)
-    lam: float = 0.5
-    d_model: int = 32
-    init_scale: float = 1e-3
-    tau: float = 1.0
-    factorised: bool = True
-    residual: bool = False
-    seed: int = 0
-    t1: float = 400.0
-    num_saves: int = 401
-    solver: str = "auto"
-    rtol: float = 1e-6
-    atol: float = 1e-8
-    max_steps: int = 1_000_000
-    x64: bool = True
-    segments: int = 10
-    save_params: bool = True
+    pi: tuple[float, ...] = setting(
+        (0.75, 0.19, 0.05, 0.01), "stationary distribution, comma-separated"
+    )
+    lam: float = setting(0.5, "repeat probability λ")
+    d_model: int = setting(32, "width m")
+    init_scale: float = setting(1e-3, "std of the initial weights ε")
+    tau: float = setting(1.0, "softmax scale τ")
+    factorised: bool = setting(
+        True, "one m×m W_A instead of W_Q W_Kᵀ (ablation)", flag="--unfactorised"
+    )
+    residual: bool = setting(False, "residual ablation")
+    seed: int = setting(0, "PRNG seed of the initial weights")
+    t1: float = setting(400.0, "final flow time")
+    num_saves: int = setting(401, "number of saved times")
+    solver: str = setting("auto", f"one of {', '.join(SOLVERS)}")
+    rtol: float = setting(1e-6, "relative tolerance")
+    atol: float = setting(1e-8, "absolute tolerance")
+    max_steps: int = setting(1_000_000, "solver step budget")
+    x64: bool = setting(True, "float32 (default float64)", flag="--float32")
+    segments: int = setting(10, "checkpointed pieces of [0, t1]")
+    save_params: bool = setting(
+        True,
+        "do not keep parameter snapshots (flow_params.eqx) at the saved times",
+        flag="--no-params",
+    )
 
-    def __post_init__(self):
-        def bad(field, why):
-            raise ValueError(f"{field}: {why}")
-
+    def check(self):
         for name in ("t1", "init_scale", "tau"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                bad(name, f"must be > 0 and finite, got {value}")
+            positive(name, getattr(self, name))
         if not 0 <= self.lam < 1:
             bad("lam", f"must lie in [0, 1), got {self.lam}")
-        if self.d_model < 1:
-            bad("d_model", f"must be >= 1, got {self.d_model}")
-        if self.num_saves < 2:
-            bad("num_saves", f"must be >= 2, got {self.num_saves}")
-        if self.solver not in SOLVERS:
-            bad(
-                "solver",
-                f"unknown solver {self.solver!r}; choose one of {', '.join(SOLVERS)}",
-            )
+        at_least("d_model", self.d_model, 1)
+        at_least("num_saves", self.num_saves, 2)
+        SOLVERS.check("solver", self.solver)
         if not (self.rtol > 0 and self.atol >= 0) or not (
             math.isfinite(self.rtol) and math.isfinite(self.atol)
         ):
@@ -89,10 +78,8 @@ class FlowConfig:
                 f"need finite rtol > 0 and atol >= 0, got {self.rtol}, {self.atol}",
             )
         check_seed(self.seed)
-        if self.max_steps < 1:
-            bad("max_steps", f"must be >= 1, got {self.max_steps}")
-        if self.segments < 1:
-            bad("segments", f"must be >= 1, got {self.segments}")
+        at_least("max_steps", self.max_steps, 1)
+        at_least("segments", self.segments, 1)
         try:
             MarkovChain.from_lambda(pi=self.pi, lam=self.lam)
         except ValueError as e:
@@ -152,23 +139,6 @@ def run_flow(
     )
 
 
-def write_config(run_dir, cfg: FlowConfig) -> None:
-    """Write the run's config.json (resolved configuration, references, versions)."""
-    chain = cfg.chain()
-    write_json(
-        Path(run_dir) / "config.json",
-        {
-            "command": "flow",
-            "config": dataclasses.asdict(cfg),
-            "references": {
-                "unigram_loss": chain.unigram_loss,
-                "bayes_loss": chain.bayes_loss,
-            },
-            "environment": environment(),
-        },
-    )
-
-
 def write_flow_run(run_dir, cfg: FlowConfig, traj: Trajectory) -> list[Stage]:
     """Write the trajectory files and stages.json; return the detected stages.
 
@@ -181,3 +151,68 @@ def write_flow_run(run_dir, cfg: FlowConfig, traj: Trajectory) -> list[Stage]:
     stages = detect_stages(traj, pi=cfg.chain().pi)
     write_json(run_dir / "stages.json", [s.to_dict() for s in stages])
     return stages
+
+
+@dataclasses.dataclass
+class FlowResult:
+    """A finished ``gflow flow``: its configuration, trajectory and stages."""
+
+    cfg: FlowConfig
+    trajectory: Trajectory
+    stages: list[Stage] = dataclasses.field(default_factory=list)
+
+
+class FlowJob(AbstractJob[FlowConfig]):
+    """``gflow flow``: the Markov population flow as a resumable run directory."""
+
+    command = "flow"
+    config_type = FlowConfig
+    help = "integrate the default Markov population flow and write a run directory"
+    description = (
+        "Integrate dθ/dt = -∇L(θ) for the population loss of a Markov chain "
+        "(MODEL.md §3-4); write config.json, metrics, parameters and figures. The "
+        "flow is checkpointed after each segment: an interrupted run continues with "
+        "--resume RUN_DIR."
+    )
+
+    def plan(self, cfg: FlowConfig) -> FlowConfig:
+        return cfg
+
+    def config_extras(self, cfg: FlowConfig) -> dict:
+        chain = cfg.chain()
+        return {
+            "references": {
+                "unigram_loss": chain.unigram_loss,
+                "bayes_loss": chain.bayes_loss,
+            }
+        }
+
+    def run(self, cfg: FlowConfig, directory: RunDirectory, context: Context):
+        traj = run_flow(
+            cfg,
+            progress=False if context.quiet else None,
+            checkpoint_dir=directory.checkpoint,
+            program_cache=context.program_cache,
+        )
+        return FlowResult(cfg, traj)
+
+    def write(self, result: FlowResult, directory: RunDirectory) -> None:
+        result.stages = write_flow_run(directory.path, result.cfg, result.trajectory)
+
+    def summary(self, result: FlowResult) -> str:
+        traj, cfg = result.trajectory, result.cfg
+        s = traj.stats
+        resumed = traj.info.get("resumed_from_segment", -1)
+        return (
+            f"flow {traj.status}: t={s['t_reached']:g}, "
+            f"loss={traj.metrics['loss'][-1]:.6f}, "
+            f"{s['num_steps']} steps ({s['num_rejected_steps']} rejected)"
+            + (
+                f", resumed after segment {resumed + 1}/{cfg.segments}"
+                if resumed >= 0
+                else ""
+            )
+        )
+
+    def succeeded(self, result: FlowResult) -> bool:
+        return result.trajectory.status == "success"

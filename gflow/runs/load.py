@@ -5,28 +5,40 @@ from __future__ import annotations
 from pathlib import Path
 
 from gflow.runs.files import read_json
+from gflow.runs.run_dir import Run, RunDirectory
 from gflow.runs.sweep_run import load_sweep
 from gflow.runs.trajectory_files import load_trajectory
 
 
-def load_run(run_dir) -> dict:
-    """Everything in a run directory: ``config`` and one Trajectory per saved run.
+def _trajectories(run_dir: Path) -> dict:
+    """Every trajectory saved in ``run_dir`` (``<name>.json`` beside
+    ``<name>_metrics.npz``), by name."""
+    return {
+        meta.stem: load_trajectory(run_dir, name=meta.stem)
+        for meta in sorted(run_dir.glob("*.json"))
+        if (run_dir / f"{meta.stem}_metrics.npz").exists()
+    }
 
-    Returns:
-        dict with ``"config"`` (the resolved configuration) and, for each trajectory
-        saved there (``flow``, ``optimizer`` ..., each member ``train_lr<η>_s<seed>``
-        of a training sweep, listed in its config's ``members``), its name ->
-        Trajectory; for a ``gflow sweep`` directory also ``"sweep"`` (sweep.json)
-        and ``"members"`` (the SweepRun of its members, ``.member(m)`` a
-        Trajectory).
+
+def load_run(run_dir) -> Run:
+    """Everything in a run directory, as a typed ``Run``.
+
+    ``run.command`` says which command wrote it (from config.json, or for a
+    directory of an earlier gflow version from the files it holds);
+    ``run.trajectories`` holds one Trajectory per saved run (``flow``,
+    ``optimizer`` ..., each member ``train_lr<η>_s<seed>`` of a training sweep);
+    a ``gflow sweep`` directory also has ``run.extras["sweep"]`` (sweep.json) and
+    ``run.extras["members"]`` (the SweepRun of its members, ``.member(m)`` a
+    Trajectory). ``run["flow"]``, ``run["config"]`` (the whole config.json) and
+    ``run["sweep"]`` read as before.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
-    out = {"config": read_json(run_dir / "config.json")}
-    for meta in sorted(run_dir.glob("*.json")):
-        if (run_dir / f"{meta.stem}_metrics.npz").exists():
-            out[meta.stem] = load_trajectory(run_dir, name=meta.stem)
-    if out["config"].get("command") == "sweep" and (run_dir / "sweep.json").exists():
-        out.update(load_sweep(run_dir))
-    return out
+    directory = RunDirectory(run_dir)
+    document = read_json(directory.config_path)
+    command = directory.command(document)
+    extras = {}
+    if command == "sweep" and (run_dir / "sweep.json").exists():
+        extras = load_sweep(run_dir)
+    return Run(run_dir, command, document, _trajectories(run_dir), extras)

@@ -20,6 +20,7 @@ import numpy as np
 from gflow.dynamics.flow import DEFAULT_NUM_SAVES, solve_flow
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
+from gflow.runs.config import ConfigError
 from gflow.runs.trajectory_files import param_columns, params_from_columns
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def solve_flow_resumable(
     width = max(len(c) for c in chunks)
     ckdir = Path(checkpoint_dir)
     if (ckdir / "checkpoint.json").exists():
-        raise ValueError(
+        raise ConfigError(
             f"{ckdir} holds a checkpoint of gflow < 0.2, which cannot be resumed; "
             "start the run again in a new output directory"
         )

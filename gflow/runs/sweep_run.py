@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
+import time
 from pathlib import Path
 
 import jax
@@ -19,103 +21,118 @@ from gflow.analysis.sharpness import predicted_departure, sharpness_along
 from gflow.analysis.stage_observables import StageObservables
 from gflow.analysis.stages import detect_stages
 from gflow.analysis.sweep_compare import compare_sweep
-from gflow.dynamics.optimizers import OPTIMIZERS, optimizer_named
+from gflow.dynamics.optimizers import optimizer_named
 from gflow.dynamics.references.base import evaluate_along
-from gflow.dynamics.references.central import CentralFlowReference
 from gflow.dynamics.references.central_adaptive import (
     CENTRAL_FLOW_OPTIMIZERS,
     central_flow_of,
 )
-from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
+from gflow.dynamics.references.flow import FlowReference
 from gflow.dynamics.sweep import SweepRun, member_mesh, run_sweep
 from gflow.problems.losses import PopulationLoss
+from gflow.runs.config import (
+    AbstractConfig,
+    ConfigError,
+    at_least,
+    bad,
+    positive,
+    setting,
+)
 from gflow.runs.distributed import Processes
 from gflow.runs.environment import environment
 from gflow.runs.files import read_json, write_json
 from gflow.runs.flow_run import FlowConfig
+from gflow.runs.job import AbstractJob, Context
+from gflow.runs.names import OPTIMIZERS, REFERENCES
 from gflow.runs.resumable_sweep import load_members, run_sweep_resumable
+from gflow.runs.run_dir import RunDirectory
 
-REFERENCES = {
-    "flow": FlowReference,
-    "modified": ModifiedFlowReference,
-    "central": CentralFlowReference,
-}
+log = logging.getLogger("gflow")
 
 
 @dataclasses.dataclass(frozen=True)
-class SweepConfig:
+class SweepConfig(AbstractConfig):
     """A sweep of one optimizer over step sizes; validates itself."""
 
-    optimizer: str = "sgd"
-    lrs: tuple[float, ...] = (0.4, 0.2, 0.1, 0.05)
-    t1: float = 60.0
-    reference: str = "flow"
-    num_saves: int = 101
-    threshold: float = 0.1
-    beta: float = 0.9
-    eps: float = 1e-8
-    sharded: bool = True
-    chunk: int = 4
-    member_analysis: bool = False
-    flow: FlowConfig = FlowConfig()
+    optimizer: str = setting("sgd", f"one of {', '.join(OPTIMIZERS)}")
+    lrs: tuple[float, ...] = setting(
+        (0.4, 0.2, 0.1, 0.05), "step sizes, comma-separated"
+    )
+    t1: float = setting(60.0, "final flow time")
+    reference: str = setting(
+        "flow",
+        "flow: dθ/dt = -∇L; modified: -∇(L + η/4 |∇L|²) (GD only); central: the "
+        "optimizer's central flow at the edge of stability (GD: λ_max held at 2/η; "
+        "RMSProp: the preconditioned λ_max; momentum and Adam: a quasi-static "
+        "attempt, see docs/flow_vs_optimizers.md)",
+    )
+    num_saves: int = setting(101, "saved times per member")
+    threshold: float = setting(0.1, "distance that defines the departure time")
+    beta: float = setting(0.9, "momentum β / Adam β₁ / RMSProp decay")
+    eps: float = setting(
+        1e-8,
+        "RMSProp's ε: the preconditioner is bounded by 1/√ε (from a small "
+        "initialisation a larger ε keeps RMSProp below its edge at the start)",
+    )
+    sharded: bool = setting(
+        True, "do not shard members over devices", flag="--no-shard"
+    )
+    chunk: int = setting(
+        4,
+        "members per compiled program; each finished chunk is saved, so an "
+        "interrupted sweep resumes after it (over N processes, by default at most "
+        "the members / N rounded up, so that every process has a chunk)",
+    )
+    member_analysis: bool = setting(
+        False,
+        "per member: its own λ_max at every save (against the stability bound c/η) "
+        "and its stages, in sweep.json",
+        flag="--member-stages",
+    )
+    flow: FlowConfig = setting(FlowConfig(), nested=("init_scale", "seed"))
 
-    def __post_init__(self):
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(
-                f"optimizer: unknown {self.optimizer!r}; choose one of "
-                f"{', '.join(OPTIMIZERS)}"
-            )
-        if self.reference not in REFERENCES:
-            raise ValueError(
-                f"reference: unknown {self.reference!r}; choose one of "
-                f"{', '.join(REFERENCES)}"
-            )
+    def check(self):
+        OPTIMIZERS.check("optimizer", self.optimizer)
+        REFERENCES.check("reference", self.reference)
         if self.reference == "modified" and self.optimizer != "sgd":
-            raise ValueError(f"reference: {self.reference!r} is a flow of GD; use sgd")
+            bad("reference", f"{self.reference!r} is a flow of GD; use sgd")
         if (
             self.reference == "central"
             and self.optimizer not in CENTRAL_FLOW_OPTIMIZERS
         ):
-            raise ValueError(
-                f"reference: no central flow for {self.optimizer!r}; use one of "
-                f"{', '.join(CENTRAL_FLOW_OPTIMIZERS)}"
+            bad(
+                "reference",
+                f"no central flow for {self.optimizer!r}; use one of "
+                f"{', '.join(CENTRAL_FLOW_OPTIMIZERS)}",
             )
         if not self.lrs or not all(lr > 0 and math.isfinite(lr) for lr in self.lrs):
-            raise ValueError(f"lrs: need positive, finite step sizes, got {self.lrs}")
+            bad("lrs", f"need positive, finite step sizes, got {self.lrs}")
         repeated = sorted({lr for lr in self.lrs if self.lrs.count(lr) > 1})
         if repeated:  # the order and Richardson fits need distinct step sizes
-            raise ValueError(
-                f"lrs: step sizes must be distinct, got {', '.join(map(str, repeated))}"
-                " more than once; drop the repeats"
+            bad(
+                "lrs",
+                f"step sizes must be distinct, got {', '.join(map(str, repeated))}"
+                " more than once; drop the repeats",
             )
-        if not (self.t1 > 0 and math.isfinite(self.t1)):
-            raise ValueError(f"t1: must be > 0 and finite, got {self.t1}")
+        positive("t1", self.t1)
         if max(self.lrs) > self.t1:
-            raise ValueError(
-                f"lrs: step size {max(self.lrs):g} exceeds t1 = {self.t1:g}; give step "
-                "sizes <= t1 (or a longer t1)"
+            bad(
+                "lrs",
+                f"step size {max(self.lrs):g} exceeds t1 = {self.t1:g}; give step "
+                "sizes <= t1 (or a longer t1)",
             )
-        if self.num_saves < 2:
-            raise ValueError(f"num_saves: must be >= 2, got {self.num_saves}")
+        at_least("num_saves", self.num_saves, 2)
         if not 0 <= self.beta < 1:
-            raise ValueError(f"beta: must lie in [0, 1), got {self.beta}")
+            bad("beta", f"must lie in [0, 1), got {self.beta}")
         if not (self.eps >= 0 and math.isfinite(self.eps)):
-            raise ValueError(f"eps: must be >= 0 and finite, got {self.eps}")
-        if not (self.threshold > 0 and math.isfinite(self.threshold)):
-            raise ValueError(f"threshold: must be > 0 and finite, got {self.threshold}")
-        if self.chunk < 1:
-            raise ValueError(f"chunk: must be >= 1, got {self.chunk}")
+            bad("eps", f"must be >= 0 and finite, got {self.eps}")
+        positive("threshold", self.threshold)
+        at_least("chunk", self.chunk, 1)
 
     @classmethod
     def from_dict(cls, settings: dict) -> SweepConfig:
         """A SweepConfig from JSON-like settings (a run's config.json "config")."""
-        settings = dict(settings)
-        flow = dict(settings.pop("flow", {}))
-        if "pi" in flow:
-            flow["pi"] = tuple(flow["pi"])
-        if "lrs" in settings:
-            settings["lrs"] = tuple(settings["lrs"])
-        return cls(**settings, flow=FlowConfig(**flow))
+        return cls.from_json(settings)
 
     def fingerprint(self) -> str:
         """A hash of the settings that determine the members (not the comparison)."""
@@ -328,3 +345,106 @@ def load_sweep(run_dir) -> dict:
         if rec.get("status") == "ok":  # written before the status words were unified
             rec["status"] = "success"
     return {"sweep": sweep, "members": members}
+
+
+class SweepJob(AbstractJob[SweepConfig]):
+    """``gflow sweep``: an optimizer at several step sizes against a reference."""
+
+    command = "sweep"
+    config_type = SweepConfig
+    help = (
+        "run an optimizer at several step sizes as one vmapped program and compare "
+        "each with the flow"
+    )
+    description = (
+        "Run an optax optimizer at every step size of --lrs (one compiled, vmapped "
+        "program) on the default Markov population loss, compare each member with a "
+        "float64 reference on the clock t = kη, fit the convergence order and write "
+        "sweep.json and figures."
+    )
+    splits = True
+    saved = "the chunks finished so far are saved"
+
+    def x64(self, cfg: SweepConfig) -> bool:
+        return True  # float64 references
+
+    def check_processes(self, cfg, count, what, resumed) -> None:
+        chunks = -(-len(cfg.lrs) // cfg.chunk)
+        if count > chunks:
+            fix = (
+                "(a resumed run keeps its chunks)"
+                if resumed
+                else "or a smaller --chunk"
+            )
+            raise ConfigError(
+                f"{what}: the {len(cfg.lrs)} step sizes make {chunks} chunk(s) of "
+                f"--chunk {cfg.chunk}, so {count - chunks} process(es) would have "
+                f"none; give at most {chunks} process(es) {fix}"
+            )
+
+    def for_processes(self, cfg: SweepConfig, count: int, given) -> SweepConfig:
+        if "chunk" in given or count <= 1:
+            return cfg
+        return dataclasses.replace(cfg, chunk=min(cfg.chunk, -(-len(cfg.lrs) // count)))
+
+    def plan(self, cfg: SweepConfig) -> SweepConfig:
+        if cfg.reference == "central":
+            try:
+                check_reference(cfg)
+            except ValueError as e:
+                raise ConfigError(f"--reference central: {e}") from None
+        return cfg
+
+    def run(self, cfg: SweepConfig, directory: RunDirectory, context: Context):
+        start = time.perf_counter()
+        members = run_sweep_members(
+            cfg,
+            checkpoint_dir=directory.checkpoint,
+            progress=False if context.quiet else None,
+            processes=context.processes,
+        )
+        members_s = time.perf_counter() - start
+        if context.processes is not None:  # process 0 goes on alone
+            jax.distributed.shutdown()
+        if not context.main:
+            return None
+        log.info(
+            "members: %d process(es), %.2f s", members.info["processes"], members_s
+        )
+        result = compare_sweep_members(cfg, members, key=jax.random.key(cfg.flow.seed))
+        result["members_wall_s"] = members_s
+        return cfg, result
+
+    def write(self, result, directory: RunDirectory) -> None:
+        cfg, out = result
+        write_sweep_run(directory.path, cfg, out)
+
+    def summary(self, result) -> str:
+        cfg, out = result
+        lines = []
+        for r in out["members"]:
+            err = "-" if r["error"] is None else f"{r['error']:.4g}"
+            dep, rise = r["departure_time"], r.get("first_rise_time")
+            lines.append(
+                f"  η={r['lr']:<8g} {r['status']:<9} error={err:<10} "
+                f"departure={'-' if dep is None else f'{dep:g}':<8} "
+                f"first loss rise={'-' if rise is None else f'{rise:g}'}"
+            )
+            if "flow_final_error" in r:
+                flow_err = r["flow_final_error"]
+                lines.append(f"    final distance to the gradient flow {flow_err:.4g}")
+            if "stages" in r:
+                edge = r["edge_time"]
+                found = " ".join(f"{s['stage'][0]}{s['cycle']}" for s in r["stages"])
+                lines.append(
+                    f"    λ_max crosses {r['edge']:.3g} at "
+                    f"{'-' if edge is None else f'{edge:g}'}; stages {found or '-'}"
+                )
+        resumed = out["run"].info.get("resumed_chunks", 0)
+        count = out["run"].info.get("processes", 1)
+        lines.append(
+            f"sweep {cfg.optimizer} vs {cfg.reference}: order {out['order']:.3f}"
+            + (f", {resumed} chunk(s) resumed" if resumed else "")
+            + (f", {count} processes" if count > 1 else "")
+        )
+        return "\n".join(lines)

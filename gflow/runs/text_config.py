@@ -7,7 +7,7 @@ import dataclasses
 import math
 from pathlib import Path
 
-from gflow.runs.environment import check_seed
+from gflow.runs.config import check_seed
 from gflow.runs.flow_run import SOLVERS
 from gflow.text.fullbatch import SCHEDULES
 from gflow.text.subword import KINDS, WHITESPACE, WHITESPACE_MODES

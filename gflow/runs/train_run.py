@@ -30,7 +30,8 @@ from gflow.problems.losses import SequenceLoss, sequence_loss
 from gflow.problems.markov import MarkovChain, MarkovStream
 from gflow.problems.transformer import Transformer
 from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
-from gflow.runs.environment import check_seed, environment
+from gflow.runs.config import check_seed
+from gflow.runs.environment import environment
 from gflow.runs.files import write_json
 from gflow.runs.trajectory_files import (
     param_columns,

@@ -1,0 +1,169 @@
+"""Every command's options, built from its configuration, and the one way they
+become a configuration (fresh, from ``--config FILE``, or ``--resume RUN_DIR``).
+
+A configuration field made with ``gflow.runs.setting(default, help)`` is an
+option; nothing here lists a command's settings by hand. The options of the run
+itself (``--out``, ``--resume``, ``--config``, ``--no-figures`` and, for a job that
+splits, the process options) are the same for every command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from gflow.cli.common import add_out_option, default_out, floats, run_dir_arg
+from gflow.cli.errors import UsageError
+from gflow.cli.processes import add_process_options
+from gflow.runs.config import AbstractConfig, ConfigError, Option
+from gflow.runs.job import AbstractJob
+from gflow.runs.run_dir import RunDirectory
+
+
+def _argparse_type(opt: Option):
+    """The option's argparse type: numbers and strings as argparse reads them,
+    comma-separated numbers by ``floats``; a list of strings is read as one string
+    and split by ``given``."""
+    if opt.kind in (int, float, str):
+        return opt.kind
+    if opt.kind == tuple[float]:
+        return floats
+    if opt.kind == tuple[str]:
+        return str
+    return opt.parse
+
+
+def _shown(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def add_options(parser, job: AbstractJob) -> None:
+    """The options of ``job``'s configuration and of its run."""
+    for opt in job.config_type.options():
+        if opt.parse is None:
+            parser.add_argument(
+                *opt.flags,
+                dest=opt.path,
+                action="store_const",
+                const=opt.const,
+                default=None,
+                help=opt.help,
+            )
+        else:
+            parser.add_argument(
+                *opt.flags,
+                dest=opt.path,
+                type=_argparse_type(opt),
+                default=None,
+                help=f"{opt.help} (default {_shown(opt.default)})",
+            )
+    add_out_option(parser, job.command)
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="JSON file of settings (a run's config.json works); options override it",
+    )
+    parser.add_argument(
+        "--resume",
+        type=run_dir_arg,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue an interrupted run as configured in RUN_DIR/config.json",
+    )
+    parser.add_argument(
+        "--no-figures",
+        action="store_true",
+        help="write the run's data only, no PNG figures",
+    )
+    if job.splits:
+        add_process_options(parser)
+
+
+def given(args, job: AbstractJob) -> dict:
+    """The settings the options gave: dotted field path -> value."""
+    out = {}
+    for opt in job.config_type.options():
+        value = getattr(args, opt.path, None)
+        if isinstance(value, str) and opt.kind == tuple[str]:
+            value = opt.parse(value)  # a list of strings, given as one
+        if value is not None:
+            out[opt.path] = value
+    return out
+
+
+def _flag_of(job: AbstractJob) -> dict[str, str]:
+    return {o.path: o.flag for o in job.config_type.options()}
+
+
+def _config_file(path: Path, cls: type[AbstractConfig]) -> dict:
+    """The settings of ``--config FILE`` (a run's config.json works as well)."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or "not a UTF-8 text file"
+        raise UsageError(
+            f"--config: cannot read config file {path}: {why}; give a JSON file"
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(
+            f"--config: config file {path} is not valid JSON (line {e.lineno}, column "
+            f"{e.colno}: {e.msg}); fix the file or pass the settings as options"
+        ) from None
+    if isinstance(data, dict) and isinstance(data.get("config"), dict):
+        data = data["config"]
+    cls.check_json(data, f"--config: config file {path}")
+    return data
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What the command line asks of a job: the configuration, the run directory,
+    whether it continues a run there, and which settings the user chose."""
+
+    cfg: AbstractConfig
+    out: Path
+    resumed: bool
+    chosen: frozenset[str]
+
+
+def resolve(job: AbstractJob, args) -> Request:
+    """The configuration and run directory of ``job`` from ``args``.
+
+    Fresh: the defaults, then ``--config FILE``, then the options. ``--resume
+    RUN_DIR``: the run's saved configuration; an option that would change it is
+    refused in one line that names it (an option equal to the saved value is
+    fine), and the run continues bit for bit.
+    """
+    options = given(args, job)
+    if args.resume is not None:
+        if args.config is not None:
+            raise UsageError("give --resume or --config, not both")
+        if args.out is not None and Path(args.out) != Path(args.resume):
+            raise UsageError(
+                "--resume continues a run in its own directory; drop --out"
+            )
+        directory = RunDirectory(args.resume)
+        saved = directory.read_config(job.config_type, job.command, "--resume")
+        flags = _flag_of(job)
+        changed = {p: v for p, v in options.items() if saved.value(p) != v}
+        if changed:
+            had = ", ".join(f"{p} = {_shown(saved.value(p))}" for p in changed)
+            raise UsageError(
+                "--resume continues a run as configured; drop "
+                f"{', '.join(flags[p] for p in changed)} (the run has {had})"
+            )
+        return Request(
+            job.resume(saved, directory), Path(args.resume), True, frozenset(options)
+        )
+    base = {} if args.config is None else _config_file(args.config, job.config_type)
+    try:
+        cfg = job.config_type.with_options(base, options)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    out = Path(args.out) if args.out is not None else default_out(job.command)
+    return Request(cfg, out, False, frozenset(options) | frozenset(base))

@@ -1,0 +1,132 @@
+"""A command as a strategy: ``AbstractJob`` (plan, run, write, summary).
+
+Every ``gflow`` command is a job, and one driver (``gflow.cli.driver.execute``)
+runs any of them without asking which it got, as Equinox's ``docs/pattern.md``
+writes one ``train`` against an abstract optimiser:
+
+1. ``plan(cfg)`` turns the configuration's names into objects, once (the chain,
+   the loss, the model, the solver or optimizer, the data set);
+2. the driver writes ``config.json`` (the configuration and ``config_extras``);
+3. ``run(plan, directory, context)`` computes, checkpointing into the directory;
+4. ``write(result, directory)`` writes the run's files;
+5. ``summary(result)`` is the line the command prints; ``succeeded(result)`` its
+   exit status.
+
+A job that can be split over processes says into how many units (``units``).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, ClassVar, Generic, TypeVar
+
+from gflow.runs.config import AbstractConfig, ConfigError
+from gflow.runs.distributed import Processes
+from gflow.runs.program_cache import ProgramCache
+from gflow.runs.run_dir import RunDirectory
+
+C = TypeVar("C", bound=AbstractConfig)
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """How a job runs, besides its configuration.
+
+    Attributes:
+        quiet: no progress bars or per-member lines.
+        resumed: the run continues one found in its directory.
+        processes: this process among several joined ones (None: one process).
+        program_cache: where traced programs are kept (None: not kept).
+    """
+
+    quiet: bool = False
+    resumed: bool = False
+    processes: Processes | None = None
+    program_cache: ProgramCache | None = None
+
+    @property
+    def main(self) -> bool:
+        """Whether this process writes the run directory."""
+        return self.processes is None or self.processes.main
+
+
+@dataclasses.dataclass(frozen=True)
+class Units:
+    """What a job splits over processes: ``count`` units (members, chunks, seeds);
+    ``more`` names the options that make more of them, for error messages."""
+
+    count: int
+    more: str
+
+
+class AbstractJob(abc.ABC, Generic[C]):
+    """A command: its configuration type and the steps the driver calls."""
+
+    #: The command's name (``gflow <command>``), also config.json's ``"command"``.
+    command: ClassVar[str]
+    #: The configuration type of the command.
+    config_type: ClassVar[type[AbstractConfig]]
+    #: One line for ``gflow --help``, and the command's description.
+    help: ClassVar[str]
+    description: ClassVar[str]
+    #: Whether the run can be split over processes (``units``); such a command
+    #: has the process options.
+    splits: ClassVar[bool] = False
+    #: What an interrupted run keeps, as the error line of a killed worker says.
+    saved: ClassVar[str] = "the pieces finished so far are saved"
+
+    def x64(self, cfg: C) -> bool:
+        """Whether the run computes in float64 (the driver sets JAX's flag)."""
+        return bool(getattr(cfg, "x64", True))
+
+    def units(self, cfg: C) -> Units | None:
+        """What the run splits over processes; None: it runs in one process."""
+        return None
+
+    def check_processes(self, cfg: C, count: int, what: str, resumed: bool) -> None:
+        """ConfigError unless each of ``count`` processes gets a unit of ``cfg``
+        (``what``: the option that set ``count``, as the message begins)."""
+        units = self.units(cfg)
+        if units is not None and count > units.count:
+            raise ConfigError(
+                f"{what}: the run has {units.count} member(s), so "
+                f"{count - units.count} process(es) would have none; give at most "
+                f"{units.count} process(es), or more members ({units.more})"
+            )
+
+    def for_processes(self, cfg: C, count: int, given: set[str]) -> C:
+        """``cfg`` adjusted to run over ``count`` processes (``given``: the
+        settings the user chose, which stay as they are)."""
+        return cfg
+
+    def resume(self, cfg: C, directory: RunDirectory) -> C:
+        """``cfg`` as a resumed run rebuilds it from its directory (e.g. with the
+        tokeniser it trained); the settings that define the results stay."""
+        return cfg
+
+    @abc.abstractmethod
+    def plan(self, cfg: C) -> Any:
+        """The objects of the run: every name of ``cfg`` turned into its object."""
+
+    def config_extras(self, plan: Any) -> dict:
+        """What config.json holds besides the configuration (reference losses,
+        the vocabulary size, the members' names)."""
+        return {}
+
+    @abc.abstractmethod
+    def run(self, plan: Any, directory: RunDirectory, context: Context) -> Any:
+        """Compute the run, checkpointing into ``directory``; None on a process
+        that does not write (the others' results are gathered by process 0)."""
+
+    @abc.abstractmethod
+    def write(self, result: Any, directory: RunDirectory) -> None:
+        """Write the run's files (trajectories, stages, the command's JSON)."""
+
+    @abc.abstractmethod
+    def summary(self, result: Any) -> str:
+        """What the command prints at the end (one or a few lines)."""
+
+    def succeeded(self, result: Any) -> bool:
+        """Whether the run ended well (exit status 0)."""
+        return True
