@@ -24,7 +24,7 @@ from gflow.analysis.head_observables import (
 from gflow.analysis.attending import Attending as Attending
 
 # Stages
-from gflow.analysis.stages import Stage as Stage
+from gflow.analysis.stage import Stage as Stage
 from gflow.analysis.stages import StageDetector as StageDetector
 from gflow.analysis.stages import detect_stages as detect_stages
 from gflow.analysis.stages import turning_points as turning_points

@@ -13,6 +13,7 @@ from gflow.dynamics import solvers as solvers
 
 # Trajectories
 from gflow.dynamics.trajectory import STATUSES as STATUSES
+from gflow.dynamics.trajectory import Status as Status
 from gflow.dynamics.trajectory import Trajectory as Trajectory
 from gflow.dynamics.trajectory import parameter_distance as parameter_distance
 from gflow.dynamics.metrics import evaluate_metrics as evaluate_metrics
@@ -55,6 +56,7 @@ __all__ = [
     "RMSProp",
     "SGD",
     "STATUSES",
+    "Status",
     "StepClock",
     "SweepRun",
     "Trajectory",
