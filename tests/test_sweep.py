@@ -168,7 +168,7 @@ SHARDED = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import numpy as np, optax
     from gflow import AttentionModel, MarkovChain, PopulationLoss
-    from gflow.dynamics.sweep import member_mesh, run_sweep
+    from gflow.dynamics import member_mesh, run_sweep
     assert jax.device_count() == 4, jax.devices()
     chain = MarkovChain.from_lambda(pi=(0.6, 0.3, 0.1), lam=0.5)
     model = AttentionModel.init(d_vocab=3, d_model=3, init_scale=0.3,
