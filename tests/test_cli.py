@@ -97,7 +97,7 @@ def test_step_size_larger_than_t1_is_refused(tmp_path, capsys):
     assert not out.exists()
     argv = ["compare", "--lr", "5", "--t1", "1", "--out", str(out)]
     assert main(argv) == 2
-    _one_error_line(capsys, "gflow compare: error: --lr", "--t1 1")
+    _one_error_line(capsys, "gflow compare: error: lr:", "5", "t1 = 1")
     assert not out.exists()
 
 

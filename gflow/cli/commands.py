@@ -7,9 +7,10 @@ writing its job and listing it here.
 
 from __future__ import annotations
 
-from gflow.cli import compare, report, text, train
+from gflow.cli import report, text, train
 from gflow.cli.driver import Figures, execute
 from gflow.cli.options import add_options
+from gflow.runs.compare_run import CompareJob
 from gflow.runs.flow_run import FlowJob
 from gflow.runs.job import AbstractJob
 from gflow.runs.sweep_run import SweepJob
@@ -46,10 +47,23 @@ def _sweep_figures(run_dir, result) -> None:
     sweep_figures(run_dir, cfg, out)
 
 
+def _compare_figures(run_dir, result) -> None:
+    from gflow.plotting.sweep import plot_comparison
+
+    cfg = result.plan.cfg
+    plot_comparison(
+        result.comparison,
+        result.optimizer,
+        result.flow,
+        run_dir / "compare.png",
+        title=f"{cfg.optimizer} η={cfg.lr:g}",
+    )
+
+
 COMMANDS = [
     JobCommand(FlowJob(), _flow_figures),
     JobCommand(SweepJob(), _sweep_figures),
-    compare,
+    JobCommand(CompareJob(), _compare_figures),
     text,
     train,
     report,

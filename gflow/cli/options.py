@@ -55,6 +55,7 @@ def add_options(parser, job: AbstractJob) -> None:
                 *opt.flags,
                 dest=opt.path,
                 type=_argparse_type(opt),
+                choices=opt.choices,
                 default=None,
                 help=f"{opt.help} (default {_shown(opt.default)})",
             )

@@ -41,6 +41,7 @@ def setting(
     flag: str | None = None,
     aliases: tuple[str, ...] = (),
     nested: tuple[str, ...] = (),
+    choices: tuple[str, ...] | None = None,
 ) -> Any:
     """A configuration field, and (with ``help``) an option of its command.
 
@@ -54,8 +55,16 @@ def setting(
         aliases: further names of the same option (old spellings).
         nested: for a field that is itself a configuration, the names of its
             fields that are options of this command too.
+        choices: the option's values, refused by the parser itself (else the
+            configuration's ``check`` refuses a bad value).
     """
-    metadata = {"help": help, "flag": flag, "aliases": aliases, "nested": nested}
+    metadata = {
+        "help": help,
+        "flag": flag,
+        "aliases": aliases,
+        "nested": nested,
+        "choices": choices,
+    }
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -76,6 +85,7 @@ class Option:
     #: The type of the field: ``float``, ``int``, ``str``, ``tuple[float]``,
     #: ``tuple[int]``, ``tuple[str]`` or ``bool``.
     kind: Any = None
+    choices: tuple[str, ...] | None = None
 
     @property
     def flag(self) -> str:
@@ -292,7 +302,12 @@ class AbstractConfig:
             kind = _kind(hint)
             const = not f.default if kind is bool else None
             parse = None if kind is bool else _parser(kind)
-            out.append(Option(path, flags, meta["help"], f.default, parse, const, kind))
+            choices = meta.get("choices")
+            out.append(
+                Option(
+                    path, flags, meta["help"], f.default, parse, const, kind, choices
+                )
+            )
         return out
 
     @classmethod

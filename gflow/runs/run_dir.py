@@ -138,7 +138,10 @@ class RunDirectory:
     @contextlib.contextmanager
     def lock(self, command: str) -> Iterator[None]:
         """Hold the directory's write lock; ConfigError at once if another command
-        holds it (the lock ends with the process, however it ends)."""
+        holds it (the lock ends with the process, however it ends). A directory
+        made for the lock is removed again if the command fails before writing
+        anything there."""
+        created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -152,6 +155,11 @@ class RunDirectory:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()} gflow {command}\n".encode())
             yield
+        except BaseException:
+            if created and [p.name for p in self.path.iterdir()] == [LOCK]:
+                (self.path / LOCK).unlink()
+                self.path.rmdir()
+            raise
         finally:
             os.close(fd)  # closing releases the lock
 

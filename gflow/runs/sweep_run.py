@@ -54,7 +54,7 @@ log = logging.getLogger("gflow")
 class SweepConfig(AbstractConfig):
     """A sweep of one optimizer over step sizes; validates itself."""
 
-    optimizer: str = setting("sgd", f"one of {', '.join(OPTIMIZERS)}")
+    optimizer: str = setting("sgd", "the optimizer", choices=tuple(OPTIMIZERS))
     lrs: tuple[float, ...] = setting(
         (0.4, 0.2, 0.1, 0.05), "step sizes, comma-separated"
     )
@@ -65,6 +65,7 @@ class SweepConfig(AbstractConfig):
         "optimizer's central flow at the edge of stability (GD: λ_max held at 2/η; "
         "RMSProp: the preconditioned λ_max; momentum and Adam: a quasi-static "
         "attempt, see docs/flow_vs_optimizers.md)",
+        choices=tuple(REFERENCES),
     )
     num_saves: int = setting(101, "saved times per member")
     threshold: float = setting(0.1, "distance that defines the departure time")
