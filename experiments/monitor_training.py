@@ -31,7 +31,7 @@ replaces the ``monitors/`` folder of its output directory.
 
 Setup:
 
-- data: ``gflow.runs.train_run.prepare`` on the first ``max_chars`` characters of
+- data: ``gflow.runs.train.prepare`` on the first ``max_chars`` characters of
   TinyStories (word tokens, the ``vocab_size`` most frequent types plus ``<unk>``)
   gives the vocabulary and the minibatch stream (random windows of ``seq_len`` + 1
   tokens, fresh every step). ``prepare`` holds nothing out (its ``eval_tokens`` are
@@ -42,7 +42,7 @@ Setup:
   The probe is 128 windows: the monitor's observation costs about two train steps
   there, and its cost grows faster than the probe (measured: 256 windows cost
   about 8× what 64 do).
-- model: ``gflow.runs.train_run.init_model`` (``layers`` × ``heads``, width
+- model: ``gflow.runs.train.init_model`` (``layers`` × ``heads``, width
   ``d_model``, residual streams, pre-LayerNorm, learned positions, no value matrix
   or MLP), float32, init scale ``init_scale``, one initial model per seed shared by
   both arms. Chosen by measurement: the paper's model deepened (no residual,
@@ -95,7 +95,7 @@ import optax
 from experiments import _docs
 from gflow import AdamW, Monitor, detect_head_stages, sequence_loss
 from gflow.runs.files import read_json, write_json
-from gflow.runs.train_run import TrainConfig, init_model, prepare
+from gflow.runs.train import TrainConfig, init_model, prepare
 from gflow.text import TOKENIZERS, fixed_sample, load_corpus
 
 ROOT = Path(__file__).resolve().parents[1]

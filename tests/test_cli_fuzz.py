@@ -32,6 +32,7 @@ from gflow.cli.main import build_parser, main
 from gflow.cli.processes import coordinator_address
 from gflow.dynamics import OPTIMIZERS
 from gflow.runs.flow_run import SOLVERS, FlowConfig
+from gflow.runs.names import SCHEDULES
 from gflow.runs.sweep_run import SweepConfig
 from gflow.runs.text_config import (
     METHODS,
@@ -40,7 +41,7 @@ from gflow.runs.text_config import (
     TOKENIZER_NAMES,
     TextConfig,
 )
-from gflow.runs.train_run import SCHEDULES, TrainConfig
+from gflow.runs.train import TrainConfig
 from gflow.text import SCHEDULES as TEXT_SCHEDULES
 from gflow.text import WHITESPACE_MODES
 
@@ -351,7 +352,7 @@ RUNS = [
     ("gflow.runs.sweep_run", "run_sweep_members"),
     ("gflow.dynamics.optimizer_run", "run_optimizer"),
     ("gflow.runs.text_run", "run_text"),
-    ("gflow.runs.train_run", "run_train"),
+    ("gflow.runs.train.run", "run_train"),
 ]
 
 

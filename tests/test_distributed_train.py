@@ -16,8 +16,7 @@ import pytest
 from gflow import load_run, write_report
 from gflow.cli.main import build_parser, main
 from gflow.runs.distributed import deal
-from gflow.runs.train_run import TrainConfig
-from gflow.runs.train_sweep import TrainSweep, gather
+from gflow.runs.train import TrainConfig, TrainSweep, gather
 
 SMALL = ["--steps", "8", "--num-saves", "5", "--segments", "2", "--seq-len", "6",
          "--batch", "4", "--eval-batch", "8", "--d-model", "4", "--layers", "2",
@@ -65,8 +64,11 @@ def test_a_sweep_validates_itself(kwargs, words):
         TrainSweep(**kwargs)
 
 
-def test_worker_options_give_the_configuration_back(tmp_path):
-    from gflow.cli.train import _resolve, worker_args
+def test_workers_start_from_the_configuration_on_disk(tmp_path):
+    """--processes writes config.json first; each worker reads the base run and
+    its members back from it, exactly."""
+    from gflow.runs import RunDirectory
+    from gflow.runs.train import TrainRun
 
     for cfg, sweep in (
         (TrainConfig(lr=0.1 + 0.2, seed=7, d_ff=6, value=True, x64=True,
@@ -75,8 +77,10 @@ def test_worker_options_give_the_configuration_back(tmp_path):
          TrainSweep(lrs=(0.4, 1 / 3))),
         (TrainConfig(), TrainSweep(seeds=2, lrs=(0.01,))),
     ):  # fmt: skip
-        args = build_parser().parse_args(["train", *worker_args(cfg, sweep, tmp_path)])
-        assert _resolve(args) == (cfg, sweep) and args.out == tmp_path
+        run = RunDirectory(tmp_path / f"run-{cfg.fingerprint()}-{sweep.seeds}")
+        run.write_config("train", TrainRun(cfg, sweep), environment=None)
+        back = run.read_config(TrainRun, "train", "--resume")
+        assert (back.base, back.sweep) == (cfg, sweep)
 
 
 def test_text_worker_options_give_the_configuration_back(tmp_path, monkeypatch):

@@ -7,13 +7,14 @@ writing its job and listing it here.
 
 from __future__ import annotations
 
-from gflow.cli import report, text, train
+from gflow.cli import report, text
 from gflow.cli.driver import Figures, execute
 from gflow.cli.options import add_options
 from gflow.runs.compare_run import CompareJob
 from gflow.runs.flow_run import FlowJob
 from gflow.runs.job import AbstractJob
 from gflow.runs.sweep_run import SweepJob
+from gflow.runs.train import TrainJob
 
 
 class JobCommand:
@@ -60,11 +61,20 @@ def _compare_figures(run_dir, result) -> None:
     )
 
 
+def _train_figures(run_dir, result) -> None:
+    from gflow.plotting.figures import train_figures
+
+    for name, (member, data, traj) in result.runs.items():
+        folder = run_dir if result.one else run_dir / "figures" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        train_figures(folder, member, data, traj, result.stages[name])
+
+
 COMMANDS = [
     JobCommand(FlowJob(), _flow_figures),
     JobCommand(SweepJob(), _sweep_figures),
     JobCommand(CompareJob(), _compare_figures),
     text,
-    train,
+    JobCommand(TrainJob(), _train_figures),
     report,
 ]

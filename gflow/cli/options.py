@@ -116,7 +116,7 @@ def _config_file(path: Path, cls: type[AbstractConfig]) -> dict:
             f"{e.colno}: {e.msg}); fix the file or pass the settings as options"
         ) from None
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
-        data = data["config"]
+        data = cls.document_settings(data)  # a run's config.json
     cls.check_json(data, f"--config: config file {path}")
     return data
 
@@ -141,6 +141,7 @@ def resolve(job: AbstractJob, args) -> Request:
     fine), and the run continues bit for bit.
     """
     options = given(args, job)
+    job.config_type.check_given(set(options))
     if args.resume is not None:
         if args.config is not None:
             raise UsageError("give --resume or --config, not both")

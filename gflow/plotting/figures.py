@@ -14,7 +14,7 @@ from gflow.plotting.stages import plot_stages
 from gflow.plotting.sweep import plot_departures, plot_error_vs_lr, plot_trajectories
 from gflow.runs.flow_run import FlowConfig
 from gflow.runs.sweep_run import SweepConfig
-from gflow.runs.train_run import TrainConfig, TrainData
+from gflow.runs.train import TrainConfig, TrainData
 
 
 def flow_figures(

@@ -20,6 +20,7 @@ import math
 import types
 import typing
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any, ClassVar, TypeVar
 
 C = TypeVar("C", bound="AbstractConfig")
@@ -206,6 +207,20 @@ class AbstractConfig:
         return settings
 
     @classmethod
+    def check_given(cls, given: AbstractSet[str]) -> None:
+        """ConfigError for options that make no sense together (``given``: the
+        dotted paths of the settings the user gave); default: none."""
+
+    def to_document(self) -> dict:
+        """What config.json holds of the configuration: ``{"config": ...}``."""
+        return {"config": self.to_json()}
+
+    @classmethod
+    def document_settings(cls, doc: dict) -> Any:
+        """The settings in a config.json document (``doc["config"]``)."""
+        return doc.get("config")
+
+    @classmethod
     def hints(cls) -> dict[str, Any]:
         return typing.get_type_hints(cls)
 
@@ -289,9 +304,10 @@ class AbstractConfig:
         for f in dataclasses.fields(cls):
             meta = f.metadata
             hint = hints[f.name]
-            if meta.get("nested"):
+            if meta.get("nested"):  # "*": every option of the nested configuration
                 for opt in hint.options(prefix=f"{prefix}{f.name}."):
-                    if opt.path.rsplit(".", 1)[-1] in meta["nested"]:
+                    name = opt.path.rsplit(".", 1)[-1]
+                    if name in meta["nested"] or "*" in meta["nested"]:
                         out.append(opt)
                 continue
             if not meta.get("help"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Set as AbstractSet
 from typing import Any, ClassVar, Generic, TypeVar
 
 from gflow.runs.config import AbstractConfig, ConfigError
@@ -95,7 +96,7 @@ class AbstractJob(abc.ABC, Generic[C]):
                 f"{units.count} process(es), or more members ({units.more})"
             )
 
-    def for_processes(self, cfg: C, count: int, given: set[str]) -> C:
+    def for_processes(self, cfg: C, count: int, given: AbstractSet[str]) -> C:
         """``cfg`` adjusted to run over ``count`` processes (``given``: the
         settings the user chose, which stay as they are)."""
         return cfg

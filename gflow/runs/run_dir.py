@@ -103,7 +103,7 @@ class RunDirectory:
                 f"{option}: {self.path} holds a 'gflow {theirs}' run, not a 'gflow "
                 f"{command}' run"
             )
-        settings = doc.get("config")
+        settings = cls.document_settings(doc)
         return cls.from_json(
             settings, source=f"{option}: config file {self.config_path}"
         )
@@ -130,7 +130,7 @@ class RunDirectory:
         self, command: str, cfg: AbstractConfig, environment: dict | None, **extra
     ) -> None:
         """Write config.json atomically: command, config, ``extra``, environment."""
-        doc: dict[str, Any] = {"command": command, "config": cfg.to_json(), **extra}
+        doc: dict[str, Any] = {"command": command, **cfg.to_document(), **extra}
         if environment is not None:
             doc["environment"] = environment
         write_json(self.config_path, doc)

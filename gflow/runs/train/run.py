@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from pathlib import Path
 
 import equinox as eqx
@@ -24,15 +23,14 @@ import optax
 from gflow.analysis.head_observables import HeadObservables
 from gflow.analysis.head_stages import HeadStage, detect_head_stages
 from gflow.dynamics.minibatch import minibatch_segment
-from gflow.dynamics.optimizers import OPTIMIZERS, optimizer_named
+from gflow.dynamics.optimizers import optimizer_named
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import SequenceLoss, sequence_loss
 from gflow.problems.markov import MarkovChain, MarkovStream
 from gflow.problems.transformer import Transformer
 from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
-from gflow.runs.config import check_seed
-from gflow.runs.environment import environment
 from gflow.runs.files import write_json
+from gflow.runs.train.config import TrainConfig
 from gflow.runs.trajectory_files import (
     param_columns,
     params_from_columns,
@@ -41,117 +39,6 @@ from gflow.runs.trajectory_files import (
 from gflow.text.corpus import load_corpus
 from gflow.text.tokenize import TOKENIZERS, Vocabulary
 from gflow.text.windows import WindowStream, fixed_sample
-
-#: Step-size schedules a configuration can name.
-SCHEDULES = ("constant", "warmup-cosine")
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Everything that defines a training run; validates itself."""
-
-    data: str = "markov"
-    pi: tuple[float, ...] = (0.75, 0.19, 0.05, 0.01)
-    lam: float = 0.5
-    vocab_size: int = 64
-    max_chars: int | None = 200_000
-    layers: int = 2
-    heads: int = 2
-    d_model: int = 16
-    d_ff: int | None = None
-    value: bool = False
-    layernorm: bool = False
-    residual: bool = False
-    max_len: int | None = None
-    init_scale: float = 0.02
-    optimizer: str = "adamw"
-    lr: float = 0.003
-    schedule: str = "constant"
-    warmup: float = 0.1
-    beta: float = 0.9
-    weight_decay: float = 0.01
-    steps: int = 300
-    batch: int = 32
-    seq_len: int = 64
-    eval_batch: int = 128
-    num_saves: int = 31
-    segments: int = 5
-    seed: int = 0
-    x64: bool = False
-
-    def __post_init__(self):
-        def bad(field, why):
-            raise ValueError(f"{field}: {why}")
-
-        for name in ("layers", "heads", "d_model", "batch", "seq_len", "eval_batch"):
-            if getattr(self, name) < 1:
-                bad(name, f"must be >= 1, got {getattr(self, name)}")
-        if self.d_model % self.heads:
-            bad("d_model", f"must be a multiple of heads = {self.heads}")
-        for name in ("d_ff", "max_len", "max_chars"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                bad(name, f"must be >= 1 or None, got {getattr(self, name)}")
-        if self.max_len is not None and self.max_len < self.seq_len:
-            bad("max_len", f"must be >= seq_len = {self.seq_len}, got {self.max_len}")
-        if self.optimizer not in OPTIMIZERS:
-            bad("optimizer", f"unknown {self.optimizer!r}; choose one of "
-                f"{', '.join(OPTIMIZERS)}")  # fmt: skip
-        if self.schedule not in SCHEDULES:
-            bad("schedule", f"unknown {self.schedule!r}; choose one of "
-                f"{', '.join(SCHEDULES)}")  # fmt: skip
-        for name in ("lr", "init_scale"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                bad(name, f"must be > 0 and finite, got {value}")
-        if not 0 <= self.warmup < 1:
-            bad("warmup", f"must lie in [0, 1), got {self.warmup}")
-        if not 0 <= self.beta < 1:
-            bad("beta", f"must lie in [0, 1), got {self.beta}")
-        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
-            bad("weight_decay", f"must be >= 0 and finite, got {self.weight_decay}")
-        if self.steps < 1:
-            bad("steps", f"must be >= 1, got {self.steps}")
-        if self.num_saves < 2:
-            bad("num_saves", f"must be >= 2, got {self.num_saves}")
-        if not 1 <= self.segments <= self.steps:
-            bad("segments", f"must lie in [1, steps], got {self.segments}")
-        if self.vocab_size < 2:
-            bad("vocab_size", f"must be >= 2, got {self.vocab_size}")
-        check_seed(self.seed)
-        if self.data == "markov":
-            try:
-                MarkovChain.from_lambda(pi=self.pi, lam=self.lam)
-            except ValueError as e:
-                bad("pi/lam", str(e))
-        elif not self.data.strip() or not Path(self.data).exists():
-            bad("data", f"{self.data!r} is neither 'markov' nor a text file or folder")
-
-    @property
-    def save_every(self) -> int:
-        """Steps between saves: the run saves about ``num_saves`` times."""
-        return max(1, self.steps // (self.num_saves - 1))
-
-    @property
-    def piece_steps(self) -> int:
-        """Steps per checkpointed piece, a multiple of ``save_every``."""
-        per = math.ceil(self.steps / self.segments)
-        return self.save_every * math.ceil(per / self.save_every)
-
-    @property
-    def total_steps(self) -> int:
-        """``steps`` rounded up to whole pieces."""
-        return self.piece_steps * self.segments
-
-    def learning_rate(self):
-        """The step size: a number, or the warmup-cosine schedule over the run."""
-        if self.schedule == "constant":
-            return self.lr
-        return optax.warmup_cosine_decay_schedule(
-            init_value=0.0,
-            peak_value=self.lr,
-            warmup_steps=max(1, round(self.warmup * self.total_steps)),
-            decay_steps=self.total_steps,
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,20 +212,6 @@ def run_train(
         status=status,
         stats=stats,
         info={"kind": "train", "optimizer": cfg.optimizer, "schedule": cfg.schedule},
-    )
-
-
-def write_train_config(run_dir, cfg: TrainConfig, data: TrainData) -> None:
-    """config.json: the resolved configuration, references and versions."""
-    write_json(
-        Path(run_dir) / "config.json",
-        {
-            "command": "train",
-            "config": dataclasses.asdict(cfg),
-            "d_vocab": data.d_vocab,
-            "references": data.references,
-            "environment": environment(),
-        },
     )
 
 

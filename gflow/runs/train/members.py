@@ -24,83 +24,15 @@ several seeds, and each member's figures in ``figures/<member>/``.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 from gflow.dynamics.trajectory import Trajectory
-from gflow.runs import train_run  # run_train through the module: tests stub it
 from gflow.runs.distributed import Processes, deal
-from gflow.runs.environment import environment
 from gflow.runs.files import write_json
 from gflow.runs.text_seeds import summarise_seeds
-from gflow.runs.train_run import TrainConfig, TrainData, prepare, write_train_run
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainSweep:
-    """The members of a training sweep; validates itself.
-
-    Attributes:
-        seeds: K: the seeds ``seed`` .. ``seed`` + K − 1 of the base configuration.
-        lrs: the peak step sizes, or None for the base configuration's ``lr``.
-    """
-
-    seeds: int = 1
-    lrs: tuple[float, ...] | None = None
-
-    def __post_init__(self):
-        if self.seeds < 1:
-            raise ValueError(f"seeds: must be >= 1, got {self.seeds}")
-        if self.lrs is not None:
-            if not self.lrs:
-                raise ValueError("lrs: give at least one step size")
-            for lr in self.lrs:
-                if not (lr > 0 and math.isfinite(lr)):
-                    raise ValueError(f"lrs: every step size must be > 0 and finite, "
-                                     f"got {lr}")  # fmt: skip
-            if len(set(self.lrs)) < len(self.lrs):
-                raise ValueError(f"lrs: a step size is repeated in {list(self.lrs)}")
-
-    @property
-    def is_sweep(self) -> bool:
-        """Whether this is a sweep (else the plain layout of one run)."""
-        return self.seeds > 1 or self.lrs is not None
-
-    def members(self, cfg: TrainConfig) -> list[tuple[str, TrainConfig]]:
-        """(name, configuration) of each member of the sweep around ``cfg``."""
-        if cfg.seed + self.seeds > 2**32:
-            raise ValueError(
-                f"seeds: seed + seeds - 1 = {cfg.seed + self.seeds - 1} must be "
-                "< 2**32; give a smaller --seed or --seeds"
-            )
-        out = []
-        for lr in self.lrs or (cfg.lr,):
-            for seed in range(cfg.seed, cfg.seed + self.seeds):
-                name = "train"
-                name += f"_lr{lr!r}" if self.lrs is not None else ""
-                name += f"_s{seed}" if self.seeds > 1 else ""
-                out.append((name, dataclasses.replace(cfg, lr=lr, seed=seed)))
-        return out
-
-    def to_dict(self) -> dict:
-        lrs = None if self.lrs is None else list(self.lrs)
-        return {"seeds": self.seeds, "lrs": lrs}
-
-
-def write_sweep_config(run_dir, cfg: TrainConfig, sweep: TrainSweep, data) -> None:
-    """config.json of a sweep: the base configuration, the sweep, the members."""
-    write_json(
-        Path(run_dir) / "config.json",
-        {
-            "command": "train",
-            "config": dataclasses.asdict(cfg),
-            "sweep": sweep.to_dict(),
-            "members": [name for name, _ in sweep.members(cfg)],
-            "d_vocab": data.d_vocab,
-            "references": data.references,
-            "environment": environment(),
-        },
-    )
+from gflow.runs.train import run as train_run  # run_train via the module: stubbed
+from gflow.runs.train.config import TrainConfig, TrainSweep
+from gflow.runs.train.run import TrainData, prepare, write_train_run
 
 
 def _data(member: TrainConfig, cache: dict) -> TrainData:

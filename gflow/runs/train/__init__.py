@@ -1,0 +1,16 @@
+"""``gflow train``: a Transformer trained with optax on Markov sequences or text,
+one run or a sweep over seeds and step sizes, resumable, over several processes."""
+
+from gflow.runs.train.config import TrainConfig as TrainConfig
+from gflow.runs.train.config import TrainRun as TrainRun
+from gflow.runs.train.config import TrainSweep as TrainSweep
+from gflow.runs.train.job import TrainJob as TrainJob
+from gflow.runs.train.job import TrainResult as TrainResult
+from gflow.runs.train.members import gather as gather
+from gflow.runs.train.members import run_members as run_members
+from gflow.runs.train.members import write_sweep_run as write_sweep_run
+from gflow.runs.train.run import TrainData as TrainData
+from gflow.runs.train.run import init_model as init_model
+from gflow.runs.train.run import prepare as prepare
+from gflow.runs.train.run import run_train as run_train
+from gflow.runs.train.run import write_train_run as write_train_run

@@ -1,0 +1,184 @@
+"""``gflow train`` as a job: one training run, or a sweep of members over seeds and
+step sizes, over one process or several."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import jax
+
+from gflow.dynamics.trajectory import Trajectory
+from gflow.runs.config import ConfigError
+from gflow.runs.distributed import deal, total
+from gflow.runs.job import AbstractJob, Context, Units
+from gflow.runs.run_dir import RunDirectory
+from gflow.runs.train import run as train_run  # run_train via the module: stubbed
+from gflow.runs.train.config import TrainConfig, TrainRun
+from gflow.runs.train.members import gather, run_members, write_sweep_run
+from gflow.runs.train.run import TrainData, prepare, write_train_run
+
+log = logging.getLogger("gflow")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainPlan:
+    """A training run's configuration and its data (the first member's: the
+    members of a sweep share the data where only their step sizes differ)."""
+
+    cfg: TrainRun
+    data: TrainData
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """The finished members: name -> (configuration, data, trajectory); their
+    stages once written; segments read back instead of computed; processes."""
+
+    plan: TrainPlan
+    runs: dict[str, tuple[TrainConfig, TrainData, Trajectory]]
+    resumed: int = 0
+    processes: int = 1
+    stages: dict[str, list] = dataclasses.field(default_factory=dict)
+
+    @property
+    def one(self) -> bool:
+        """Whether this is one run in the layout of one run (train.json, ...)."""
+        return not self.plan.cfg.sweep.is_sweep and self.processes == 1
+
+
+class TrainJob(AbstractJob[TrainRun]):
+    """``gflow train``: a Transformer trained with optax; per-head stages."""
+
+    command = "train"
+    config_type = TrainRun
+    help = "train a multi-layer, multi-head Transformer and find per-head stages"
+    description = (
+        "Train a causal Transformer with an optax optimizer on fresh minibatches "
+        "(Markov sequences or a text corpus) on the shared clock t = Σ η; record the "
+        "loss and per-head attention observables on a held-out sample; write "
+        "config.json, metrics, parameter snapshots, per-head stages.json and "
+        "figures. Checkpointed after each segment: an interrupted run continues "
+        "with --resume RUN_DIR. --seeds and --lrs train one member per seed and "
+        "step size into one run directory, over several processes with --processes."
+    )
+    splits = True
+    saved = "the segments finished so far are saved"
+
+    def x64(self, cfg: TrainRun) -> bool:
+        return cfg.base.x64
+
+    def units(self, cfg: TrainRun) -> Units:
+        return Units(len(cfg.sweep.members(cfg.base)), "--seeds K, --lrs")
+
+    def plan(self, cfg: TrainRun) -> TrainPlan:
+        first = cfg.sweep.members(cfg.base)[0][1]
+        try:
+            return TrainPlan(cfg, prepare(first))
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(f"data: {e}") from None
+
+    def config_extras(self, plan: TrainPlan) -> dict:
+        extras: dict[str, Any] = {}
+        if plan.cfg.sweep.is_sweep:
+            members = plan.cfg.sweep.members(plan.cfg.base)
+            extras["members"] = [name for name, _ in members]
+        extras["d_vocab"] = plan.data.d_vocab
+        extras["references"] = plan.data.references
+        return extras
+
+    def run(self, plan: TrainPlan, directory: RunDirectory, context: Context):
+        cfg = plan.cfg
+        if not cfg.sweep.is_sweep and context.processes is None:
+            return self._run_one(plan, directory, context)
+        processes = context.processes
+        done = []
+
+        def finished(name, traj):
+            done.append(name)
+            if context.main and not context.quiet:
+                how = traj.stats["resumed_pieces"]
+                print(
+                    f"[{len(done)}] {name} {traj.status} ({how} segment(s) read back)",
+                    flush=True,
+                )
+
+        resumed = run_members(
+            cfg.base, cfg.sweep, directory.path, processes=processes,
+            finished=finished,
+        )  # fmt: skip
+        count = 1 if processes is None else processes.count
+        if processes is not None:  # every member is on disk once this returns
+            resumed = total(resumed, processes)
+            jax.distributed.shutdown()  # process 0 goes on alone
+        if not context.main:
+            return None
+        members = cfg.sweep.members(cfg.base)
+        ran: dict[int, list[str]] = {}
+        for (name, _), p in zip(members, deal(len(members), count)):
+            ran.setdefault(p, []).append(name)
+        for p, names in sorted(ran.items()):
+            log.info("members from process %d of %d: %s", p, count, ", ".join(names))
+        runs = gather(cfg.base, cfg.sweep, directory.path, count)
+        return TrainResult(plan, runs, resumed, count)
+
+    def _run_one(self, plan: TrainPlan, directory: RunDirectory, context: Context):
+        cfg = plan.cfg.base
+        bar = None
+        if not context.quiet:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=cfg.segments, desc="train segments", unit="segment")
+
+        def progress(i, n, resumed):
+            if bar is not None:
+                bar.update(1)
+
+        try:
+            traj = train_run.run_train(
+                cfg, plan.data, checkpoint_dir=directory.checkpoint, progress=progress
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+        runs = {"train": (cfg, plan.data, traj)}
+        return TrainResult(plan, runs, traj.stats["resumed_pieces"])
+
+    def write(self, result: TrainResult, directory: RunDirectory) -> None:
+        if result.one:
+            (_, _, traj) = result.runs["train"]
+            result.stages = {"train": write_train_run(directory.path, traj)}
+        else:
+            result.stages = write_sweep_run(
+                directory.path, result.plan.cfg.sweep, result.runs
+            )
+
+    def summary(self, result: TrainResult) -> str:
+        opt = result.plan.cfg.base.optimizer
+        lines = []
+        for name, (_, _, traj) in result.runs.items():
+            loss = traj.metrics["loss"]
+            stages = result.stages.get(name, [])
+            heads = {(s.layer, s.head) for s in stages if s.layer >= 0}
+            what = (
+                f"t={traj.t[-1]:.4g}, loss {loss[0]:.4f} -> {loss[-1]:.4f}, "
+                f"{len(stages)} stages in {len(heads)} heads"
+            )
+            if result.one:
+                resumed = result.resumed
+                lines.append(
+                    f"train {opt} {traj.status}: {what}"
+                    + (f", {resumed} segment(s) resumed" if resumed else "")
+                )
+            else:
+                lines.append(f"  {name} {traj.status}: {what}")
+        if not result.one:
+            parts = [f"{result.resumed} segment(s) resumed"] * bool(result.resumed)
+            parts += [f"{result.processes} processes"] * (result.processes > 1)
+            head = f"train {opt}, {len(result.runs)} members"
+            lines.append(head + (": " + ", ".join(parts) if parts else ""))
+        return "\n".join(lines)
+
+    def succeeded(self, result: TrainResult) -> bool:
+        return all(traj.status == "success" for _, _, traj in result.runs.values())
