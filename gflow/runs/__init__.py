@@ -1,6 +1,9 @@
 """Configured, saved and resumable runs: every command as a job over one run
 directory format, checkpoints, ``load_run`` and the HTML report."""
 
+from gflow.runs.checkpoint import PieceStore as PieceStore
+from gflow.runs.checkpoint import fingerprint as fingerprint
+from gflow.runs.checkpoint import run_pieces as run_pieces
 from gflow.runs.config import AbstractConfig as AbstractConfig
 from gflow.runs.config import ConfigError as ConfigError
 from gflow.runs.config import Option as Option

@@ -1,5 +1,5 @@
 """One checkpoint/resume driver for long runs cut into pieces (flow segments, sweep
-chunks).
+chunks, training segments, text runs).
 
 A long run is cut into pieces computed in order. Each finished piece is written at
 once, atomically, as ``<prefix>-<i>.npz`` holding its arrays and the run's
@@ -12,6 +12,30 @@ bit-identical to one that never stopped.
 A piece whose ``status`` is not ``success`` (a flow segment that hit NaN, say) is
 written too, partial trajectory included, and ends the run: resuming returns it as it
 was instead of recomputing a failure.
+
+Verified pieces. Beside its columns a piece records
+
+- ``piece:index``: its index i, which must be the one in its file name (a piece
+  copied or renamed over another is refused);
+- ``piece:t``: its time range [t_first, t_last], when its columns have a
+  one-dimensional, non-empty ``t`` column (a flow or training segment; a sweep chunk's
+  ``t`` is per member, [M, S], and its chunks lie side by side, not one after another);
+- ``piece:checksum``: the SHA-256 of every other array in the file, name, dtype,
+  shape and bytes, so that any change after the write is seen.
+
+``PieceStore.load`` refuses, as a one-line ``ConfigError`` naming the file, a piece
+that cannot be read (empty, truncated, not an .npz archive), that lacks its
+fingerprint or its checksum, whose checksum does not match, or whose recorded index
+is another's; ``run_pieces`` refuses pieces whose times do not increase strictly from
+one piece to the next (t_first of piece i > t_last of piece i−1). A damaged piece is
+refused, not recomputed over: the fix is one ``rm`` away and named in the message,
+while deleting it silently would destroy what may be the only evidence of a disk or
+copy fault (or a file being written by another process on a shared filesystem).
+Deleting the piece recomputes it, bit-identical, from the piece before it.
+
+Pieces written before pieces were verified hold no ``piece:`` fields: they are read
+back as before, unverified except for their fingerprint and the order of their times;
+a piece that holds any of the fields is verified in full.
 """
 
 from __future__ import annotations
@@ -35,6 +59,10 @@ log = logging.getLogger(__name__)
 #: The column that holds a piece's status (absent: ``success``).
 STATUS = "status"
 
+_FINGERPRINT = "fingerprint"
+_RECORDED = "piece:"  # the prefix of the fields a piece records about itself
+_INDEX, _TIMES, _CHECKSUM = "piece:index", "piece:t", "piece:checksum"
+
 
 def fingerprint(*trees, settings=None) -> str:
     """A hash of the array leaves and tree structures of ``trees`` and ``settings``.
@@ -56,6 +84,54 @@ def fingerprint(*trees, settings=None) -> str:
     return h.hexdigest()[:16]
 
 
+def checksum(arrays: dict[str, np.ndarray]) -> str:
+    """The SHA-256 (hex) of ``arrays``: each name, dtype, shape and bytes, by name."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        x = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}\0{x.dtype.str}{x.shape}\0".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+def time_range(columns: dict) -> tuple[float, float] | None:
+    """(first, last) of a piece's one-dimensional ``t`` column; None without one."""
+    t = columns.get("t")
+    if t is None or np.ndim(t) != 1 or not len(t):
+        return None
+    return float(t[0]), float(t[-1])
+
+
+def _index_in_name(path: Path) -> int:
+    return int(path.stem.rsplit("-", 1)[1])
+
+
+def _read(path: Path) -> dict[str, np.ndarray]:
+    """All arrays of the .npz at ``path``; ConfigError if it cannot be read."""
+    if path.stat().st_size == 0:
+        raise _damaged(path, "is empty (a write that never finished?)")
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("not an .npz archive")
+        with data:
+            return {k: data[k] for k in data.files}
+    except OSError as e:
+        if isinstance(e, (FileNotFoundError, PermissionError)):
+            raise ConfigError(f"checkpoint piece {path} cannot be read: {e}") from e
+        raise _damaged(path, f"cannot be read ({type(e).__name__}: {e})") from e
+    except Exception as e:  # any reader error: the file is not what save wrote
+        raise _damaged(path, f"cannot be read ({type(e).__name__}: {e})") from e
+
+
+def _damaged(path: Path, what: str) -> ConfigError:
+    what = " ".join(what.split())[:200]
+    return ConfigError(
+        f"checkpoint piece {path} {what}; delete that file to recompute it (the "
+        "other pieces are kept)"
+    )
+
+
 class PieceStore:
     """The finished pieces of one run, in ``directory`` as ``<prefix>-<i>.npz``."""
 
@@ -73,17 +149,23 @@ class PieceStore:
         return sorted(self.directory.glob(f"{self.prefix}-*.npz"))
 
     def load(self, i: int, expect: dict | None = None) -> dict[str, np.ndarray] | None:
-        """Piece ``i``'s arrays, or None if it was not saved.
+        """Piece ``i``'s columns (without the fields it records about itself), or
+        None if it was not saved.
 
-        Raises ValueError if it was written with another fingerprint or its arrays
-        differ from ``expect`` (name -> array, e.g. a chunk's step sizes).
+        Raises ConfigError (a ValueError) for a damaged piece (see the module
+        docstring), one written with another fingerprint, or one whose arrays differ
+        from ``expect`` (name -> array, e.g. a chunk's step sizes).
         """
         path = self.path(i)
         if not path.exists():
             return None
-        with np.load(path, allow_pickle=False) as data:
-            columns = {k: data[k] for k in data.files}
-        saved = str(columns.pop("fingerprint"))
+        columns = _read(path)
+        if _FINGERPRINT not in columns:
+            raise _damaged(path, "has no fingerprint")
+        recorded = {k: columns.pop(k) for k in list(columns) if k.startswith(_RECORDED)}
+        if recorded:  # written by a gflow that verifies its pieces: verify it
+            self._verify(path, columns, recorded)
+        saved = str(columns.pop(_FINGERPRINT))
         same = self.fingerprint is None or saved == self.fingerprint
         for name, value in (expect or {}).items():
             same &= name in columns and np.array_equal(columns[name], value)
@@ -94,11 +176,44 @@ class PieceStore:
             )
         return columns
 
+    @staticmethod
+    def _verify(path: Path, columns: dict, recorded: dict) -> None:
+        if _CHECKSUM not in recorded:
+            raise _damaged(path, "has no checksum")
+        stored = str(recorded.pop(_CHECKSUM))
+        if checksum({**columns, **recorded}) != stored:
+            raise _damaged(path, "fails its checksum: it changed after it was written")
+        if _INDEX not in recorded:
+            raise _damaged(path, "records no index")
+        index, named = int(recorded[_INDEX]), _index_in_name(path)
+        if index != named:
+            raise _damaged(
+                path,
+                f"holds piece {index}, not piece {named}: a piece copied or renamed "
+                "over another",
+            )
+        times, actual = recorded.get(_TIMES), time_range(columns)
+        if (times is None) != (actual is None) or (
+            actual is not None and not np.array_equal(times, actual, equal_nan=True)
+        ):
+            raise _damaged(path, "records another time range than its t column")
+
     def save(self, i: int, columns: dict[str, np.ndarray]) -> None:
-        """Write piece ``i`` atomically: it is either whole on disk or absent."""
+        """Write piece ``i`` atomically, with its index, time range and checksum:
+        it is either whole on disk or absent."""
+        reserved = [k for k in columns if k == _FINGERPRINT or k.startswith(_RECORDED)]
+        if reserved:
+            raise ValueError(f"column names reserved for the checkpoint: {reserved}")
+        path = self.path(i)
+        arrays = {k: np.asarray(v) for k, v in columns.items()}
+        arrays[_FINGERPRINT] = np.asarray(self.fingerprint)
+        arrays[_INDEX] = np.asarray(_index_in_name(path), np.int64)
+        if (times := time_range(columns)) is not None:
+            arrays[_TIMES] = np.asarray(times, np.float64)
+        arrays[_CHECKSUM] = np.asarray(checksum(arrays))
         buf = io.BytesIO()
-        np.savez(buf, fingerprint=np.asarray(self.fingerprint), **columns)
-        atomic_write_bytes(self.path(i), buf.getvalue())
+        np.savez(buf, **arrays)
+        atomic_write_bytes(path, buf.getvalue())
 
 
 def run_pieces(
@@ -108,6 +223,7 @@ def run_pieces(
     *,
     expect: Callable[[int], dict] | None = None,
     finished: Callable[[int, dict, bool], None] | None = None,
+    window: Callable[[int], tuple[float, float]] | None = None,
 ) -> list[dict[str, np.ndarray]]:
     """Compute pieces 0 .. pieces−1 in order, reading back those already saved.
 
@@ -119,16 +235,44 @@ def run_pieces(
             ``success`` ends the run after this piece is saved.
         expect: ``expect(i) -> {name: array}`` that a saved piece i must hold.
         finished: called as ``finished(i, columns, resumed)`` after each piece.
+        window: ``window(i) -> (lo, hi)``: the interval that piece i's times lie in
+            (compared in the dtype of its ``t`` column), where the run knows it.
 
     Returns:
         The columns of each piece, up to the first that did not succeed.
+
+    Raises ConfigError for a damaged piece (``PieceStore.load``), a piece read back
+    whose times leave its ``window``, and pieces with a time range (``time_range``)
+    whose times do not increase: a piece must start after the last piece with times
+    before it ends.
     """
     out: list[dict[str, np.ndarray]] = []
+    last: tuple[int, float] | None = None  # (piece, its last time)
     for i in range(pieces):
         columns = store.load(i, expect(i) if expect else None)
         resumed = columns is not None
         if columns is None:
             columns = compute(i, out[-1] if out else None)
+        if (times := time_range(columns)) is not None:
+            if resumed and window is not None:
+                lo, hi = np.asarray(window(i), np.asarray(columns["t"]).dtype)
+                if not lo <= times[0] <= times[1] <= hi:
+                    raise _damaged(
+                        store.path(i),
+                        f"holds times t = {times[0]:g} .. {times[1]:g}, outside "
+                        f"piece {i}'s [{lo:g}, {hi:g}]",
+                    )
+            if last is not None and not times[0] > last[1]:
+                # blame the piece read back: a computed one continues the one before
+                blamed = store.path(i if resumed else last[0])
+                raise _damaged(
+                    blamed,
+                    f"breaks the run's time order: piece {i} starts at t = "
+                    f"{times[0]:g}, not after t = {last[1]:g} where piece {last[0]} "
+                    "ends",
+                )
+            last = (i, times[1])
+        if not resumed:
             store.save(i, columns)
         out.append(columns)
         if finished is not None:

@@ -8,6 +8,12 @@ configuration, the solve continues after the last finished segment. Every segmen
 solved by the same compiled program, so a run that was killed and resumed gives
 bit-identical results to one that never stopped. A segment that fails (NaN, step
 budget) is checkpointed with its partial trajectory and ends the run.
+
+Segments are verified when read back (``gflow.runs.checkpoint``): a damaged one, one
+copied over another, or one whose times leave its own part of [t0, t1] or do not
+follow the segment before it is refused in one line that names its file (delete that
+file to recompute the segment); segments written before pieces recorded their index
+and checksum resume unverified, their times still checked.
 """
 
 from __future__ import annotations
@@ -126,7 +132,11 @@ def solve_flow_resumable(
             "resuming after segment %d of %d (t = %g)",
             resumed_from + 1, segments, bounds[resumed_from + 1],
         )  # fmt: skip
-    pieces = run_pieces(store, segments, compute, finished=finished)
+
+    def window(k):  # a segment read back holds times of its own part of [t0, t1]
+        return bounds[k], bounds[k + 1]
+
+    pieces = run_pieces(store, segments, compute, finished=finished, window=window)
     last = dict(pieces[-1])
     final = params_from_columns(last, model, _FINAL)
     stats = {s: int(sum(int(p[_STAT + s]) for p in pieces)) for s in _SUMMED}

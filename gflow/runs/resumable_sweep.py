@@ -7,7 +7,9 @@ chunk is the same compiled program); each chunk is one piece of the checkpoint d
 (``gflow.runs.checkpoint``), written atomically to ``checkpoint_dir/members-<i>.npz``
 before the next one starts. Called again with the same directory and fingerprint,
 finished chunks are read back instead of recomputed (a chunk of another configuration
-is refused); the same chunk size gives bit-identical members.
+is refused); the same chunk size gives bit-identical members. A chunk read back is
+verified (its recorded index and checksum): a damaged chunk, or one copied over
+another, is refused in one line that names its file.
 
 Over several processes (``gflow.runs.distributed``) each process runs and saves only
 the chunks assigned to it; after one gather, process 0 reads all chunks back from the
@@ -142,8 +144,8 @@ def run_sweep_resumable(
     Args:
         loss_fn, model, optimizer, lrs, t1, mesh, **kwargs: as in ``run_sweep``.
         checkpoint_dir: where finished chunks are kept; chunks found there are
-            loaded, not recomputed (ValueError if their ``fingerprint`` or step sizes
-            differ).
+            loaded, not recomputed (ConfigError, a ValueError, if their
+            ``fingerprint`` or step sizes differ or a chunk is damaged).
         fingerprint: a string that identifies everything else that determines the
             members (the caller's resolved configuration).
         chunk: members per compiled program; rounded up to a multiple of the mesh
