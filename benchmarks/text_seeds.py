@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gflow.dynamics import SGD
-from gflow.runs.text_run import TextConfig, init_model, prepare
+from gflow.runs.text import TextConfig, init_model, prepare
 from gflow.text import TextLoss, run_full_batch
 from gflow.text.fullbatch import _loop
 

@@ -84,7 +84,7 @@ class Settings:
 
     def text_config(self, corpus: str):
         """The ``gflow text`` configuration of one corpus."""
-        from gflow.runs.text_config import TextConfig
+        from gflow.runs.text import TextConfig
 
         return TextConfig(
             corpus=str(CORPORA[corpus]),
@@ -119,9 +119,9 @@ QUICK = Settings(
 def run_dir(cfg, out: Path) -> Path:
     """Run (or resume) one ``gflow text`` configuration into ``out``."""
     from gflow.plotting import plot_attention_rows, plot_text_summary
-    from gflow.runs.text_files import write_text_run, write_text_start
-    from gflow.runs.text_pieces import RunPieces
-    from gflow.runs.text_run import prepare, run_text
+    from gflow.runs.text import write_text_run, write_text_start
+    from gflow.runs.text import RunPieces
+    from gflow.runs.text import prepare, run_text
 
     if (out / "tokenizer.json").exists():  # resume with the run's own pieces
         cfg = dataclasses.replace(cfg, tokenizer_file=str(out / "tokenizer.json"))
@@ -403,7 +403,7 @@ def findings(settings: Settings, results: dict, wall: float, load: str) -> str:
                 + "."
             )
         if r["stages"]:
-            from gflow.runs.text_seeds import stages_table
+            from gflow.runs.text import stages_table
 
             lines += ["", "```", stages_table(r["stages"]), "```"]
         lines.append("")

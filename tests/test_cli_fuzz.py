@@ -31,16 +31,12 @@ from gflow.cli import common
 from gflow.cli.main import build_parser, main
 from gflow.cli.processes import coordinator_address
 from gflow.dynamics import OPTIMIZERS
-from gflow.runs.flow_run import SOLVERS, FlowConfig
+from gflow.runs.flow_run import FlowConfig
+from gflow.runs.names import SOLVERS
 from gflow.runs.names import SCHEDULES
 from gflow.runs.sweep_run import SweepConfig
-from gflow.runs.text_config import (
-    METHODS,
-    MODELS,
-    OPTIMIZER_NAMES,
-    TOKENIZER_NAMES,
-    TextConfig,
-)
+from gflow.runs.names import METHODS
+from gflow.runs.text import MODELS, OPTIMIZER_NAMES, TOKENIZER_NAMES, TextConfig
 from gflow.runs.train import TrainConfig
 from gflow.text import SCHEDULES as TEXT_SCHEDULES
 from gflow.text import WHITESPACE_MODES
@@ -351,7 +347,7 @@ RUNS = [
     ("gflow.runs.sweep_run", "run_sweep_config"),
     ("gflow.runs.sweep_run", "run_sweep_members"),
     ("gflow.dynamics.optimizer_run", "run_optimizer"),
-    ("gflow.runs.text_run", "run_text"),
+    ("gflow.runs.text.run", "run_text"),
     ("gflow.runs.train.run", "run_train"),
 ]
 

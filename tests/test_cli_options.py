@@ -26,7 +26,7 @@ from gflow.cli.errors import UsageError
 from gflow.cli.main import build_parser, main
 from gflow.runs.flow_run import FlowConfig
 from gflow.runs.load import load_run
-from gflow.runs.text_run import TextConfig, init_model, prepare
+from gflow.runs.text import TextConfig, init_model, prepare
 from gflow.runs.trajectory_files import load_trajectory
 from gflow.text import TOKENIZERS, text_loss
 

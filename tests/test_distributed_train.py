@@ -83,23 +83,23 @@ def test_workers_start_from_the_configuration_on_disk(tmp_path):
         assert (back.base, back.sweep) == (cfg, sweep)
 
 
-def test_text_worker_options_give_the_configuration_back(tmp_path, monkeypatch):
-    from gflow.cli.text import _settings
-    from gflow.cli.text_processes import worker_args
-    from gflow.runs.text_config import TextConfig
+def test_text_workers_start_from_the_configuration_on_disk(tmp_path, monkeypatch):
+    from gflow.runs import RunDirectory
+    from gflow.runs.text import TextConfig
 
     monkeypatch.chdir(tmp_path)
     Path("t.json").write_text("{}")  # a tokenizer_file must exist
-    for cfg in (
+    for i, cfg in enumerate((
         TextConfig(corpus="c.txt", seeds=3, seed=5, lr=0.1 + 0.2, track=("a", "b"),
                    all_positions=True, positional=True, max_chars=900,
                    optimizer="adamw", schedule="warmup-cosine", weight_decay=0.05),
         TextConfig(corpus="c.txt", seeds=2, method="flow", x64=True, batch=4,
                    optimizer="sgd", clip=1.5, download=True, tokenizer="bpe",
                    tokenizer_file="t.json"),
-    ):  # fmt: skip
-        args = build_parser().parse_args(["text", *worker_args(cfg, tmp_path)])
-        assert TextConfig(**_settings(args)) == cfg and args.out == tmp_path
+    )):  # fmt: skip
+        run = RunDirectory(tmp_path / f"run-{i}")
+        run.write_config("text", cfg, environment=None)
+        assert run.read_config(TextConfig, "text", "--resume") == cfg
 
 
 # -- every new option refuses bad values in one line, before anything runs ----------

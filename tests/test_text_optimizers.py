@@ -12,7 +12,7 @@ import optax
 import pytest
 
 from gflow.cli.main import build_parser, main
-from gflow.runs.text_run import TextConfig, init_model, prepare
+from gflow.runs.text import TextConfig, init_model, prepare
 from gflow.runs.trajectory_files import load_trajectory
 from gflow.text import TextLoss, WindowStream, batch_loss, warmup_cosine
 
@@ -137,12 +137,16 @@ def test_adamw_decay_and_clipping_match_a_hand_written_optax_loop(corpus, tmp_pa
 
 
 def _comparable(out: Path) -> dict:
-    """Every file of a run directory but figures and the log, with wall times
-    blanked; the resume pieces (pieces/, tested in test_text_resume.py) hold the same
-    runs as the trajectory files."""
+    """Every file of a run directory but figures, the log and the write lock, with
+    wall times and config.json's environment (its creation time) blanked; the
+    resume pieces (pieces/, tested in test_text_resume.py) hold the same runs as the
+    trajectory files."""
     files = {}
     for p in sorted(out.iterdir()):
-        if p.suffix in (".png", ".log") or p.is_dir():
+        if p.suffix in (".png", ".log", ".lock") or p.is_dir():
+            continue
+        if p.name == "config.json":
+            files[p.name] = {**json.loads(p.read_text()), "environment": None}
             continue
         if p.suffix == ".json" and (out / f"{p.stem}_metrics.npz").exists():
             meta = json.loads(p.read_text())

@@ -63,15 +63,16 @@ def test_row_windows_enter_the_rows_only():
 
 
 def test_row_windows_option_reaches_the_configuration():
-    from gflow.cli.text import _settings
+    from gflow.cli.options import resolve
+    from gflow.runs.text import TextJob
 
-    args = build_parser().parse_args(
-        ["text", "--corpus", "c.txt", "--row-windows", "3"]
-    )
-    assert _settings(args)["row_windows"] == 3
-    default = build_parser().parse_args(["text", "--corpus", "c.txt"])
-    assert _settings(default)["row_windows"] == 32
-    assert json.dumps(_settings(args)["track"]) == "[]"
+    def cfg(*argv):
+        args = build_parser().parse_args(["text", "--corpus", "c.txt", *argv])
+        return resolve(TextJob(), args).cfg
+
+    assert cfg("--row-windows", "3").row_windows == 3
+    assert cfg().row_windows == 32
+    assert json.dumps(cfg("--row-windows", "3").to_json()["track"]) == "[]"
 
 
 @pytest.mark.slow  # two float64 flows compiled: ~30 s on 2 cores

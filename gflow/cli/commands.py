@@ -7,13 +7,14 @@ writing its job and listing it here.
 
 from __future__ import annotations
 
-from gflow.cli import report, text
+from gflow.cli import report
 from gflow.cli.driver import Figures, execute
 from gflow.cli.options import add_options
 from gflow.runs.compare_run import CompareJob
 from gflow.runs.flow_run import FlowJob
 from gflow.runs.job import AbstractJob
 from gflow.runs.sweep_run import SweepJob
+from gflow.runs.text import TextJob
 from gflow.runs.train import TrainJob
 
 
@@ -70,11 +71,21 @@ def _train_figures(run_dir, result) -> None:
         train_figures(folder, member, data, traj, result.stages[name])
 
 
+def _text_figures(run_dir, result) -> None:
+    from gflow.plotting.text import plot_attention_rows, plot_text_summary
+
+    cfg = result.plan.cfg
+    if cfg.model == "attention":  # a Transformer has no attention rows
+        for name in result.runs:
+            plot_attention_rows(run_dir, name)
+        plot_text_summary(run_dir, list(cfg.run_names(cfg.seed)))  # the first seed's
+
+
 COMMANDS = [
     JobCommand(FlowJob(), _flow_figures),
     JobCommand(SweepJob(), _sweep_figures),
     JobCommand(CompareJob(), _compare_figures),
-    text,
+    JobCommand(TextJob(), _text_figures),
     JobCommand(TrainJob(), _train_figures),
     report,
 ]

@@ -103,24 +103,26 @@ def execute(job: AbstractJob, args, figures: Figures | None = None) -> int:
         directory.accept(job.command, cfg)  # before anything is written
     lock = directory.lock(job.command) if context.main else contextlib.nullcontext()
     with lock:
-        planned = job.plan(cfg)
         if context.main:
+            planned = job.plan(cfg)
             start_log(directory.path)
             doc = directory.document() if directory.has_config() else {}
-            if "environment" not in doc:  # a new run, or one a launcher began
+            if doc.get("environment") is None:  # new, or begun by a launcher
                 from gflow.runs.environment import environment
 
                 directory.write_config(
                     job.command, cfg, environment(), **job.config_extras(planned)
                 )
+            job.start(planned, directory, context)
         if processes is not None:
-            same = lambda: (
-                directory.read_config(
-                    job.config_type, job.command, "--out"
-                ).differences(cfg)
-                == []
-            )  # noqa: E731
+
+            def same():
+                saved = directory.read_config(job.config_type, job.command, "--out")
+                return saved.differences(cfg) == []
+
             check_run_dir(directory.path, same, processes, job.command)
+            if not context.main:  # from what process 0 wrote (a trained tokeniser)
+                planned = job.plan(job.resume(cfg, directory))
         result = job.run(planned, directory, context)
         if not context.main:
             return 0

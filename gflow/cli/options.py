@@ -145,19 +145,18 @@ def resolve(job: AbstractJob, args) -> Request:
     if args.resume is not None:
         if args.config is not None:
             raise UsageError("give --resume or --config, not both")
-        if args.out is not None and Path(args.out) != Path(args.resume):
-            raise UsageError(
-                "--resume continues a run in its own directory; drop --out"
-            )
         directory = RunDirectory(args.resume)
         saved = directory.read_config(job.config_type, job.command, "--resume")
         flags = _flag_of(job)
         changed = {p: v for p, v in options.items() if saved.value(p) != v}
-        if changed:
+        drop = [flags[p] for p in changed]
+        if args.out is not None and Path(args.out) != Path(args.resume):
+            drop.append("--out")  # a resumed run stays in its directory
+        if drop:
             had = ", ".join(f"{p} = {_shown(saved.value(p))}" for p in changed)
             raise UsageError(
-                "--resume continues a run as configured; drop "
-                f"{', '.join(flags[p] for p in changed)} (the run has {had})"
+                f"--resume continues a run as configured; drop {', '.join(drop)}"
+                + (f" (the run has {had})" if had else "")
             )
         return Request(
             job.resume(saved, directory), Path(args.resume), True, frozenset(options)

@@ -1,6 +1,6 @@
 """Figures of text runs (``gflow text``): attention-row heat maps and summaries.
 
-Reads the files ``gflow.runs.text_files.write_text_run`` saved; imports matplotlib
+Reads the files ``gflow.runs.text.write_text_run`` saved; imports matplotlib
 through ``gflow.plotting.flow``.
 """
 

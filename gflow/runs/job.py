@@ -6,7 +6,8 @@ writes one ``train`` against an abstract optimiser:
 
 1. ``plan(cfg)`` turns the configuration's names into objects, once (the chain,
    the loss, the model, the solver or optimizer, the data set);
-2. the driver writes ``config.json`` (the configuration and ``config_extras``);
+2. the driver writes ``config.json`` (the configuration and ``config_extras``),
+   then ``start`` writes what else is known before the run;
 3. ``run(plan, directory, context)`` computes, checkpointing into the directory;
 4. ``write(result, directory)`` writes the run's files;
 5. ``summary(result)`` is the line the command prints; ``succeeded(result)`` its
@@ -114,6 +115,10 @@ class AbstractJob(abc.ABC, Generic[C]):
         """What config.json holds besides the configuration (reference losses,
         the vocabulary size, the members' names)."""
         return {}
+
+    def start(self, plan: Any, directory: RunDirectory, context: Context) -> None:
+        """Write what the run knows before it runs, besides config.json (a text
+        run's vocabulary and trained tokeniser); process 0 only."""
 
     @abc.abstractmethod
     def run(self, plan: Any, directory: RunDirectory, context: Context) -> Any:

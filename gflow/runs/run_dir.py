@@ -129,10 +129,10 @@ class RunDirectory:
     def write_config(
         self, command: str, cfg: AbstractConfig, environment: dict | None, **extra
     ) -> None:
-        """Write config.json atomically: command, config, ``extra``, environment."""
+        """Write config.json atomically: command, config, ``extra``, environment
+        (``None`` while a launcher has written it and no process has started)."""
         doc: dict[str, Any] = {"command": command, **cfg.to_document(), **extra}
-        if environment is not None:
-            doc["environment"] = environment
+        doc["environment"] = environment  # None: a launcher's, before the run
         write_json(self.config_path, doc)
 
     @contextlib.contextmanager

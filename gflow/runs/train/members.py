@@ -29,7 +29,7 @@ from pathlib import Path
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.distributed import Processes, deal
 from gflow.runs.files import write_json
-from gflow.runs.text_seeds import summarise_seeds
+from gflow.runs.text.seeds import summarise_seeds
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
 from gflow.runs.train.config import TrainConfig, TrainSweep
 from gflow.runs.train.run import TrainData, prepare, write_train_run

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gflow.runs.text_config import TextConfig
+from gflow.runs.text.config import TextConfig
 
 
 def _stage_key(stage: dict) -> tuple:

@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from gflow.dynamics.trajectory import Trajectory
+from gflow.runs.environment import environment
 from gflow.runs.files import atomic_write_bytes, write_json
-from gflow.runs.text_config import TextConfig
-from gflow.runs.text_run import TextData
-from gflow.runs.text_seeds import stages_summary
+from gflow.runs.run_dir import RunDirectory
+from gflow.runs.text.config import TextConfig
+from gflow.runs.text.run import TextData
+from gflow.runs.text.seeds import stages_summary
 from gflow.runs.trajectory_files import save_trajectory
 from gflow.text.positional import PositionalAttentionModel
 from gflow.text.row_phases import row_phases
@@ -45,35 +47,45 @@ def _stages(traj: Trajectory):
         return {"available": False, "why": f"{type(e).__name__}: {e}"}
 
 
-def write_text_start(out, cfg: TextConfig, data: TextData) -> Path:
-    """What a text run knows before it runs: config.json, vocab.json and the trained
-    subword tokeniser (tokenizer.json), so that ``--resume`` can rebuild its data."""
-    out = Path(out)
+def text_extras(cfg: TextConfig, data: TextData) -> dict:
+    """What a text run's config.json holds besides the configuration: the
+    vocabulary's size, the corpus's length, the tracked queries, the runs."""
     vocab = data.vocab
-    write_json(
-        out / "config.json",
-        {
-            "config": dataclasses.asdict(cfg),
-            "d_vocab": len(vocab),
-            "n_tokens": int(data.ids.shape[0]),
-            "unk_frequency": float(vocab.frequencies[vocab.unk_id]),
-            "queries": {vocab.tokens[q]: q for q in data.queries},
-            "top": [vocab.tokens[i] for i in data.top],
-            "runs": [n for seed in cfg.seed_list for n in cfg.run_names(seed)],
-        },
-    )
-    write_json(out / "vocab.json", vocab.frequency_table())
+    return {
+        "d_vocab": len(vocab),
+        "n_tokens": int(data.ids.shape[0]),
+        "unk_frequency": float(vocab.frequencies[vocab.unk_id]),
+        "queries": {vocab.tokens[q]: q for q in data.queries},
+        "top": [vocab.tokens[i] for i in data.top],
+        "runs": [n for seed in cfg.seed_list for n in cfg.run_names(seed)],
+    }
+
+
+def write_text_files(out, data: TextData) -> None:
+    """vocab.json and the trained subword tokeniser (tokenizer.json), so that
+    ``--resume`` can rebuild the run's data."""
+    out = Path(out)
+    write_json(out / "vocab.json", data.vocab.frequency_table())
     if data.tokenizer is not None:  # the trained pieces, to reuse
         atomic_write_bytes(out / "tokenizer.json", data.tokenizer.to_json().encode())
+
+
+def write_text_start(out, cfg: TextConfig, data: TextData) -> Path:
+    """What a text run knows before it runs: config.json (``text_extras`` beside
+    the configuration), vocab.json and tokenizer.json. (``gflow text`` writes the
+    same through its driver; this is for scripts that run ``run_text`` by hand.)"""
+    out = Path(out)
+    RunDirectory(out).write_config("text", cfg, environment(), **text_extras(cfg, data))
+    write_text_files(out, data)
     return out
 
 
 def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
-    """``write_text_start``'s files, one trajectory per run (attention rows apart, in
+    """One trajectory per run (attention rows apart, in
     ``<run>_rows.npz``), row_phases.json (what each tracked row does,
     ``gflow.text.row_phases``), stages.json and, for several seeds,
     stages_summary.json; figures are drawn from these files."""
-    out = write_text_start(out, cfg, data)
+    out = Path(out)
     vocab = data.vocab
     stages, phases = {}, {}
     for name, traj in runs.items():

@@ -35,7 +35,7 @@ from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.model import AttentionModel
 from gflow.problems.transformer import Transformer
 from gflow.runs.flow_run import SOLVERS
-from gflow.runs.text_config import PAPER_QUERIES, TextConfig
+from gflow.runs.text.config import PAPER_QUERIES, TextConfig
 from gflow.text.corpus import load_corpus
 from gflow.text.fullbatch import run_full_batch, warmup_cosine
 from gflow.text.observables import TextObservables, default_queries, observe_snapshots

@@ -6,21 +6,24 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import ClassVar
 
-from gflow.runs.config import check_seed
-from gflow.runs.flow_run import SOLVERS
+from gflow.runs.config import AbstractConfig, bad, check_seed, setting
+from gflow.runs.names import METHODS as _METHODS
+from gflow.runs.names import MODELS as _MODELS
+from gflow.runs.names import SOLVERS
 from gflow.text.fullbatch import SCHEDULES
 from gflow.text.subword import KINDS, WHITESPACE, WHITESPACE_MODES
 from gflow.text.tokenize import TOKENIZERS
 
 #: How the deterministic run follows the flow.
-METHODS = ("gd", "flow")
+METHODS = tuple(_METHODS)
 #: The optimizer arm's update rules: gd and sgd are both x <- x - η_k g (gd on the
 #: fixed sample, sgd on fresh minibatches), adam and adamw as in optax.
 OPTIMIZER_NAMES = ("gd", "sgd", "adam", "adamw")
 #: The text model: the one-layer ``AttentionModel`` (or ``PositionalAttentionModel``
 #: with ``positional``) or the deep ``gflow.Transformer`` (``layers``, ``heads``).
-MODELS = ("attention", "transformer")
+MODELS = tuple(_MODELS)
 #: Every tokeniser name: the fixed ones and the subword kinds trained on the corpus.
 TOKENIZER_NAMES = (*TOKENIZERS, *KINDS)
 #: Query tokens tracked by default where the vocabulary has them: the whitespace
@@ -30,7 +33,7 @@ PAPER_QUERIES = (WHITESPACE, "continue", "the", ",", "a", "full", "been")
 
 
 @dataclasses.dataclass(frozen=True)
-class TextConfig:
+class TextConfig(AbstractConfig):
     """Everything that defines a text run; validates itself.
 
     ``method="gd"`` follows the flow with full-batch gradient descent of step ``lr``
@@ -63,53 +66,137 @@ class TextConfig:
     reference run's saves (``gflow.text.stability``; 0: off) and reports η·λ_max/2.
     """
 
-    corpus: str = ""
-    vocab_size: int = 200
-    tokenizer: str = "word"
-    whitespace: str = "isolated"
-    tokenizer_file: str | None = None
-    max_chars: int | None = None
-    download: bool = False
-    context: int = 32
-    windows: int = 512
-    d_model: int = 32
-    model: str = "attention"
-    layers: int = 1
-    heads: int = 1
-    init_scale: float = 1e-3
-    seed: int = 0
-    method: str = "gd"
-    lr: float = 0.25
-    steps: int = 4000
-    rtol: float = 1e-5
-    atol: float = 1e-7
-    solver: str = "tsit5"
-    optimizer: str = "adam"
-    opt_lr: float = 2e-3
-    opt_steps: int = 1000
-    batch: int = 0
-    schedule: str = "constant"
-    warmup: float = 0.1
-    final_lr: float = 0.0
-    weight_decay: float = 0.01
-    clip: float = 0.0
-    seeds: int = 1
-    all_positions: bool = False
-    positional: bool = False
-    track: tuple[str, ...] = ()
-    num_queries: int = 4
-    row_windows: int = 32
-    topk: int = 5
-    num_saves: int = 100
-    sharpness_checks: int = 6
-    x64: bool = False
+    corpus: str = setting(
+        "",
+        "a text file or folder, or 'wikitext' / 'tinystories' with --download "
+        "(required unless --resume)",
+    )
+    vocab_size: int = setting(
+        200, "V: kept types (word, byte), or the pieces a subword tokeniser trains"
+    )
+    tokenizer: str = setting(
+        "word",
+        f"one of {', '.join(TOKENIZER_NAMES)}; bpe and unigram are trained on the "
+        "corpus (offline; needs pip install 'gflow[text]') and saved as "
+        "tokenizer.json",
+    )
+    whitespace: str = setting(
+        "isolated",
+        f"subword spaces: one of {', '.join(WHITESPACE_MODES)} (the piece ▁ on its "
+        "own, or glued to the next word as in SentencePiece)",
+    )
+    tokenizer_file: str | None = setting(
+        None,
+        "reuse a trained subword tokeniser (an earlier run's tokenizer.json) instead "
+        "of training one",
+    )
+    max_chars: int | None = setting(None, "use the start only")
+    download: bool = setting(
+        False,
+        "allow fetching a hub corpus (needs pip install gflow[hf] and network)",
+    )
+    context: int = setting(32, "window length s")
+    windows: int = setting(512, "fixed sample size")
+    d_model: int = setting(32, "width m")
+    model: str = setting(
+        "attention",
+        f"one of {', '.join(MODELS)}: the one-layer attention model, or the deep "
+        "gflow.Transformer (--layers, --heads; per-head observables, no row figures)",
+    )
+    layers: int = setting(1, "transformer depth")
+    heads: int = setting(1, "transformer heads per layer")
+    init_scale: float = setting(1e-3, "std of the initial weights")
+    seed: int = setting(0, "PRNG seed of the first run")
+    method: str = setting(
+        "gd",
+        f"one of {', '.join(METHODS)}: full-batch GD of step --lr (default; cheap "
+        "and close to the flow at small steps) or the flow (float64)",
+    )
+    lr: float = setting(0.25, "GD step (flow: t1/steps)")
+    steps: int = setting(4000, "GD steps")
+    rtol: float = setting(1e-5, "the flow's relative tolerance")
+    atol: float = setting(1e-7, "the flow's absolute tolerance")
+    solver: str = setting(
+        "tsit5",
+        f"the flow's solver (--method flow): one of {', '.join(SOLVERS)}; rkc2 or "
+        "stiff where the loss is stiff",
+    )
+    optimizer: str = setting(
+        "adam",
+        f"the second run: one of {', '.join(OPTIMIZER_NAMES)}; gd on the fixed "
+        "sample (--batch 0), sgd the same update on fresh minibatches (--batch > 0), "
+        "adam and adamw either way",
+    )
+    opt_lr: float = setting(
+        2e-3, "its step size (a schedule's peak)", aliases=("--adam-lr",)
+    )
+    opt_steps: int = setting(
+        1000, "its steps; 0: no second run", aliases=("--adam-steps",)
+    )
+    batch: int = setting(
+        0,
+        "0: the fixed sample (full batch); else this many fresh random windows each "
+        "step",
+        aliases=("--adam-batch",),
+    )
+    schedule: str = setting(
+        "constant",
+        f"one of {', '.join(SCHEDULES)}: warmup-cosine rises linearly from 0 to "
+        "--opt-lr over the --warmup fraction of the steps, then falls as a cosine to "
+        "--final-lr",
+    )
+    warmup: float = setting(
+        0.1, "warmup fraction of the steps, in [0, 1) (warmup-cosine)"
+    )
+    final_lr: float = setting(
+        0.0,
+        "the step size the cosine falls to at the end of the run (warmup-cosine)",
+    )
+    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay (adamw only)")
+    clip: float = setting(0.0, "clip each gradient to this global norm (0: off)")
+    seeds: int = setting(
+        1,
+        "run seeds --seed .. --seed + K - 1 (init and batches), compiled once; runs "
+        "named <run>_s<seed>, stage times as mean ± sd in stages_summary.json",
+    )
+    all_positions: bool = setting(False, "causal loss at every position")
+    positional: bool = setting(False, "learned positional encoding")
+    track: tuple[str, ...] = setting(
+        (),
+        "comma-separated query tokens to track (besides the automatic ones)",
+    )
+    num_queries: int = setting(4, "automatic tracked queries")
+    row_windows: int = setting(
+        32,
+        "a tracked row is measured on the fixed sample and this many more windows "
+        "ending at its query, spread over the corpus (0: the sample only)",
+    )
+    topk: int = setting(5, "keys named per tracked row")
+    num_saves: int = setting(100, "saved times per run")
+    sharpness_checks: int = setting(
+        6,
+        "GD: λ_max of the loss Hessian (Lanczos) at this many saves, reported as "
+        "η·λ_max/2 with a warning above 1/2 (not a flow proxy there); 0: off",
+    )
+    x64: bool = setting(False, "float64 (flow: always)", flag="--float64")
 
-    def __post_init__(self):
-        def bad(field, why):
-            raise ValueError(f"{field}: {why}")
+    #: Settings that do not change what a run computes.
+    not_results: ClassVar[tuple[str, ...]] = ("tokenizer_file", "download")
 
+    @classmethod
+    def complete(cls, settings: dict) -> dict:
+        """The flow computes in float64 whatever ``x64`` says."""
+        if settings.get("method") == "flow":
+            settings["x64"] = True
+        return settings
+
+    def check(self):
         if not self.corpus:
-            bad("corpus", "give a text file, a folder or a hub name")
+            bad(
+                "corpus",
+                "give --corpus (a text file or folder, or a hub name), or --resume "
+                "RUN_DIR",
+            )
         if self.tokenizer not in TOKENIZER_NAMES:
             bad("tokenizer", f"must be one of {', '.join(TOKENIZER_NAMES)}")
         if self.whitespace not in WHITESPACE_MODES:

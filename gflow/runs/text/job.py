@@ -1,0 +1,199 @@
+"""``gflow text`` as a job: natural text, the flow (or small-step GD) and a
+practical optimizer from one init, for one seed or several, over one process or
+several.
+
+Over P processes each runs its share of the seeds and saves every run the moment
+it ends (``gflow.runs.text.pieces``); process 0 reads the others' runs back from
+the shared ``pieces/`` and alone writes the run directory. A run is the same
+program on whichever process runs it, so the runs do not depend on P.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+import jax
+
+from gflow.dynamics.trajectory import Trajectory
+from gflow.runs.config import ConfigError
+from gflow.runs.distributed import deal, total
+from gflow.runs.files import read_json
+from gflow.runs.job import AbstractJob, Context, Units
+from gflow.runs.run_dir import RunDirectory
+from gflow.runs.text import run as text_run  # run_text via the module: stubbed
+from gflow.runs.text.config import TextConfig
+from gflow.runs.text.files import text_extras, write_text_files, write_text_run
+from gflow.runs.text.pieces import RunPieces
+from gflow.runs.text.run import TextData
+from gflow.runs.text.seeds import stages_summary, stages_table
+from gflow.text.row_phases import describe
+from gflow.text.stability import stability_line, stability_warning
+from gflow.text.subword import KINDS
+
+log = logging.getLogger("gflow")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextPlan:
+    """A text run's configuration and its data (tokens, vocabulary, the fixed
+    sample, the tracked queries)."""
+
+    cfg: TextConfig
+    data: TextData
+
+
+@dataclasses.dataclass
+class TextResult:
+    """Every run by name; the wall time of each part of the command."""
+
+    plan: TextPlan
+    runs: dict[str, Trajectory]
+    wall: dict[str, float]
+    directory: RunDirectory
+
+
+class TextJob(AbstractJob[TextConfig]):
+    """``gflow text``: attention dynamics on natural text."""
+
+    command = "text"
+    config_type = TextConfig
+    help = (
+        "train on a text corpus (GD or flow, and an optimizer) and track attention rows"
+    )
+    description = (
+        "Tokenise a corpus, cut a fixed sample of windows, follow the gradient flow "
+        "with small-step GD (or Tsit5) and run a practical optimizer (Adam by "
+        "default; SGD, AdamW, schedules, clipping) from the same init, for one seed "
+        "or several; write config.json, vocab.json, metrics, the tracked queries' "
+        "attention rows, stages.json (and, for several seeds, stages_summary.json) "
+        "and figures. Every run is on the clock t = Σ η_k."
+    )
+    splits = True
+    saved = "the runs finished so far are saved"
+
+    def x64(self, cfg: TextConfig) -> bool:
+        return cfg.x64
+
+    def units(self, cfg: TextConfig) -> Units:
+        return Units(cfg.seeds, "--seeds K")
+
+    def resume(self, cfg: TextConfig, directory: RunDirectory) -> TextConfig:
+        """A subword run is rebuilt with the tokeniser it trained (tokenizer.json);
+        a run a launcher began (config.json without an environment yet) may not
+        have trained it yet."""
+        if cfg.tokenizer not in KINDS:
+            return cfg
+        tokenizer = directory.path / "tokenizer.json"
+        if tokenizer.exists():
+            return dataclasses.replace(cfg, tokenizer_file=str(tokenizer))
+        doc = directory.document()
+        if "environment" in doc and doc["environment"] is None:
+            return cfg  # not started: the tokeniser is trained now
+        raise ConfigError(
+            f"--resume: {directory.path} has no tokenizer.json (its {cfg.tokenizer} "
+            "tokeniser); the run cannot be rebuilt as it was"
+        )
+
+    def plan(self, cfg: TextConfig) -> TextPlan:
+        start = time.perf_counter()
+        try:
+            data = text_run.prepare(cfg)
+        except FileNotFoundError as e:
+            raise ConfigError(f"corpus: {e}") from None
+        except ConfigError:
+            raise
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        log.info("prepared the data in %.2f s", time.perf_counter() - start)
+        return TextPlan(cfg, data)
+
+    def config_extras(self, plan: TextPlan) -> dict:
+        return text_extras(plan.cfg, plan.data)
+
+    def start(self, plan: TextPlan, directory: RunDirectory, context: Context) -> None:
+        write_text_files(directory.path, plan.data)
+        if context.main and not context.quiet:
+            data = plan.data
+            names = ", ".join(repr(data.vocab.tokens[q]) for q in data.queries)
+            print(
+                f"{len(data.ids)} tokens, d={len(data.vocab)} types "
+                f"(unknown {data.vocab.frequencies[data.vocab.unk_id]:.1%}); "
+                f"tracking {names}"
+            )
+
+    def run(self, plan: TextPlan, directory: RunDirectory, context: Context):
+        cfg, data = plan.cfg, plan.data
+        start = time.perf_counter()
+        total_runs = len(cfg.seed_list) * len(cfg.base_names)
+        done = []
+
+        def report(name, traj, resumed):
+            done.append(name)
+            if context.main and not context.quiet:
+                how = "read back" if resumed else f"{traj.stats['wall_s']:.1f} s"
+                print(f"[{len(done)}/{total_runs}] {name} {traj.status} ({how})",
+                      flush=True)  # fmt: skip
+
+        pieces = RunPieces(directory.path, cfg, data)
+        processes = context.processes
+        if processes is None:
+            runs = text_run.run_text(cfg, data, pieces=pieces, report=report)
+        else:
+            owner = dict(zip(cfg.seed_list, deal(cfg.seeds, processes.count)))
+            mine = [s for s in cfg.seed_list if owner[s] == processes.index]
+            text_run.run_text(cfg, data, pieces=pieces, report=report, seeds=mine)
+            total(0, processes)  # every process has saved its runs once this returns
+            jax.distributed.shutdown()  # process 0 goes on alone
+            if not processes.main:
+                return None
+            for p in range(processes.count):
+                seeds = [s for s in cfg.seed_list if owner[s] == p]
+                log.info("seeds from process %d of %d: %s", p, processes.count, seeds)
+            try:
+                runs = text_run.run_text(cfg, data, pieces=pieces, read_only=True)
+            except FileNotFoundError as e:
+                raise FileNotFoundError(
+                    f"{e} in {pieces.directory}; put the run directory on a "
+                    "filesystem that every process shares"
+                ) from None
+        return TextResult(plan, runs, {"runs": time.perf_counter() - start}, directory)
+
+    def write(self, result: TextResult, directory: RunDirectory) -> None:
+        start = time.perf_counter()
+        write_text_run(directory.path, result.plan.cfg, result.plan.data, result.runs)
+        result.wall["save"] = time.perf_counter() - start
+
+    def summary(self, result: TextResult) -> str:
+        cfg, out = result.plan.cfg, result.directory.path
+        lines = []
+        for name, traj in result.runs.items():
+            st, loss = traj.stats, traj.metrics["loss"]
+            lines.append(
+                f"{name} {traj.status}: t={traj.t[-1]:g}, "
+                f"loss {loss[0]:.4f} -> {loss[-1]:.4f}, "
+                f"{st['wall_s']:.1f} s (loop {st['loop_s']:.1f} s, "
+                f"observables {st['observe_s']:.1f} s)"
+            )
+            if "stability" in traj.info:
+                check = traj.info["stability"]
+                lines.append(f"  {stability_line(check)} ({st['sharpness_s']:.1f} s)")
+                warning = stability_warning(name, check)
+                if warning:
+                    lines.append(warning)
+        if (out / "row_phases.json").exists():  # the first seed's runs
+            phases = read_json(out / "row_phases.json")
+            lines.append("what each tracked row does (gflow.text.row_phases):")
+            for name in cfg.run_names(cfg.seed):
+                for query, moves in phases.get(name, {}).items():
+                    lines.append(f"  {name} {query!r}: {describe(moves)}")
+        if cfg.seeds > 1:
+            summary = stages_summary(cfg, read_json(out / "stages.json"))
+            lines.append(stages_table(summary))
+        parts = ", ".join(f"{k} {v:.1f} s" for k, v in result.wall.items())
+        lines.append(f"wrote {len(result.runs)} run(s) ({parts})")
+        return "\n".join(lines)
+
+    def succeeded(self, result: TextResult) -> bool:
+        return all(t.status == "success" for t in result.runs.values())
