@@ -64,7 +64,7 @@ DAMAGE = {
         "cannot be read",
     ),
     "empty": (lambda p: p.write_bytes(b""), "is empty"),
-    "garbage": (lambda p: p.write_bytes(b"not a checkpoint\n" * 40), "cannot be read"),
+    "garbage": (lambda p: p.write_bytes(b"not a checkpoint\n" * 40), "not an .npz"),
     "flipped byte": (_flip, ""),
     "changed array": (_changed, "checksum"),
     "no fingerprint": (_without("fingerprint"), "no fingerprint"),

@@ -108,19 +108,19 @@ def _index_in_name(path: Path) -> int:
 
 def _read(path: Path) -> dict[str, np.ndarray]:
     """All arrays of the .npz at ``path``; ConfigError if it cannot be read."""
-    if path.stat().st_size == 0:
-        raise _damaged(path, "is empty (a write that never finished?)")
     try:
-        data = np.load(path, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise ValueError("not an .npz archive")
-        with data:
-            return {k: data[k] for k in data.files}
+        with open(path, "rb") as f:
+            head = f.read(4)
     except OSError as e:
-        if isinstance(e, (FileNotFoundError, PermissionError)):
-            raise ConfigError(f"checkpoint piece {path} cannot be read: {e}") from e
-        raise _damaged(path, f"cannot be read ({type(e).__name__}: {e})") from e
-    except Exception as e:  # any reader error: the file is not what save wrote
+        raise ConfigError(f"checkpoint piece {path} cannot be read: {e}") from e
+    if not head:
+        raise _damaged(path, "is empty (a write that never finished?)")
+    if head != b"PK\x03\x04":  # numpy would try other formats, pickles among them
+        raise _damaged(path, "is not an .npz archive (it does not start as one)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except Exception as e:  # BadZipFile, a bad CRC, a broken .npy header, ...
         raise _damaged(path, f"cannot be read ({type(e).__name__}: {e})") from e
 
 
