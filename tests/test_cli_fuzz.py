@@ -148,6 +148,8 @@ NAMES = {
     ("text", "--schedule"): set(TEXT_SCHEDULES),
     ("train", "--optimizer"): set(OPTIMIZERS),
     ("train", "--schedule"): set(SCHEDULES),
+    ("train", "--tokenizer"): set(TOKENIZER_NAMES),
+    ("train", "--whitespace"): set(WHITESPACE_MODES),
     ("sweep", "--optimizer"): set(OPTIMIZERS),
     ("sweep", "--reference"): {"flow", "modified", "central"},
     ("compare", "--optimizer"): set(OPTIMIZERS),

@@ -117,9 +117,47 @@ def test_text_data(tmp_path):
     assert load_run(out)["train"].final.d_vocab == 6
 
 
+@pytest.mark.parametrize("whitespace", ["isolated", "prefix"])
+def test_a_gpt_block_trains_on_a_bpe_vocabulary(tmp_path, whitespace):
+    """Residual, pre-LayerNorm, value/output, MLP and positions on subword pieces
+    trained from the corpus, in both whitespace modes; the trained tokeniser is
+    saved beside the run and cuts the corpus into the run's vocabulary."""
+    from gflow.text import SubwordTokenizer
+
+    pytest.importorskip("tokenizers")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(" ".join(["the cat sat on the mat and the dog ran"] * 40))
+    out = tmp_path / "run"
+    argv = ["--quiet", "train", *SMALL, *ALL_ON, "--data", str(corpus),
+            "--tokenizer", "bpe", "--whitespace", whitespace, "--vocab-size", "40",
+            "--no-figures", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["config"]["tokenizer"] == "bpe"
+    tok = SubwordTokenizer.from_json((out / "tokenizer.json").read_text())
+    assert tok.whitespace == whitespace and tok.vocab_size <= 40
+    pieces = tok("the cat")
+    assert ("▁" in pieces) == (whitespace == "isolated")  # ▁ alone, or glued
+    final = load_run(out)["train"].final
+    assert final.d_vocab == cfg["d_vocab"] <= 41 and final.residual
+
+
+def test_a_bpe_setting_at_its_default_keeps_old_fingerprints():
+    """tokenizer and whitespace joined TrainConfig later: at their defaults they
+    are left out of the checkpoint fingerprint, so earlier runs still resume."""
+    from gflow.runs.train import TrainConfig
+    from gflow.runs.train.config import LATER_SETTINGS
+
+    fields = TrainConfig().to_json()
+    assert LATER_SETTINGS == {k: fields[k] for k in LATER_SETTINGS}
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
+        (["--tokenizer", "wordpiece"], "tokenizer"),
+        (["--tokenizer", "bpe", "--vocab-size", "8"], "vocab_size"),
+        (["--whitespace", "glued"], "whitespace"),
         (["--heads", "3"], "d_model"),
         (["--data", "no/such/file.txt"], "data"),
         (["--optimizer", "lion"], "optimizer"),

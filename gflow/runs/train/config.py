@@ -20,6 +20,18 @@ from gflow.runs.config import (
     setting,
 )
 from gflow.runs.names import OPTIMIZERS, SCHEDULES
+from gflow.text.subword import KINDS as SUBWORD_KINDS
+from gflow.text.subword import WHITESPACE_MODES
+from gflow.text.tokenize import TOKENIZERS
+
+#: Every tokeniser a text corpus can be cut with: the fixed ones and the subword
+#: kinds trained on the corpus.
+TOKENIZER_NAMES = (*TOKENIZERS, *SUBWORD_KINDS)
+
+#: Settings added after runs were saved, at the defaults those runs computed with:
+#: left out of a run's fingerprint while at their defaults, so that its pieces
+#: still resume.
+LATER_SETTINGS = {"tokenizer": "word", "whitespace": "isolated"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +43,20 @@ class TrainConfig(AbstractConfig):
     )
     pi: tuple[float, ...] = setting((0.75, 0.19, 0.05, 0.01))
     lam: float = setting(0.5)
-    vocab_size: int = setting(64, "vocabulary of a text corpus")
+    vocab_size: int = setting(
+        64, "vocabulary of a text corpus (kept types, or a subword tokeniser's pieces)"
+    )
+    tokenizer: str = setting(
+        "word",
+        f"a text corpus's tokeniser: one of {', '.join(TOKENIZER_NAMES)} (bpe and "
+        "unigram are trained on the corpus, offline; needs pip install "
+        "'gflow[text]'; saved as tokenizer.json)",
+    )
+    whitespace: str = setting(
+        "isolated",
+        f"subword spaces: one of {', '.join(WHITESPACE_MODES)} (the piece ▁ on its "
+        "own, or glued to the next word as GPT-2 and SentencePiece do)",
+    )
     max_chars: int | None = setting(200_000)
     layers: int = setting(2, "number of layers L")
     heads: int = setting(2, "attention heads per layer H")
@@ -88,6 +113,15 @@ class TrainConfig(AbstractConfig):
         if not 1 <= self.segments <= self.steps:
             bad("segments", f"must lie in [1, steps], got {self.segments}")
         at_least("vocab_size", self.vocab_size, 2)
+        if self.tokenizer not in TOKENIZER_NAMES:
+            bad("tokenizer", f"must be one of {', '.join(TOKENIZER_NAMES)}")
+        if self.whitespace not in WHITESPACE_MODES:
+            bad("whitespace", f"must be one of {', '.join(WHITESPACE_MODES)}")
+        if self.tokenizer in SUBWORD_KINDS and not 32 <= self.vocab_size <= 100_000:
+            bad(
+                "vocab_size",
+                f"a subword vocabulary needs 32-100000 pieces, got {self.vocab_size}",
+            )
         check_seed(self.seed)
         if self.data == "markov":
             try:

@@ -12,6 +12,7 @@ import jax
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.config import ConfigError
 from gflow.runs.distributed import deal, total
+from gflow.runs.files import atomic_write_bytes
 from gflow.runs.job import AbstractJob, Context, Units
 from gflow.runs.run_dir import RunDirectory
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
@@ -87,6 +88,13 @@ class TrainJob(AbstractJob[TrainRun]):
         extras["d_vocab"] = plan.data.d_vocab
         extras["references"] = plan.data.references
         return extras
+
+    def start(self, plan: TrainPlan, directory: RunDirectory, context: Context) -> None:
+        if plan.data.tokenizer is not None:  # the trained pieces, to read or reuse
+            atomic_write_bytes(
+                directory.path / "tokenizer.json",
+                plan.data.tokenizer.to_json().encode(),
+            )
 
     def run(self, plan: TrainPlan, directory: RunDirectory, context: Context):
         cfg = plan.cfg

@@ -30,13 +30,15 @@ from gflow.problems.markov import MarkovChain, MarkovStream
 from gflow.problems.transformer import Transformer
 from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
 from gflow.runs.files import write_json
-from gflow.runs.train.config import TrainConfig
+from gflow.runs.train.config import LATER_SETTINGS, TrainConfig
 from gflow.runs.trajectory_files import (
     param_columns,
     params_from_columns,
     save_trajectory,
 )
 from gflow.text.corpus import load_corpus
+from gflow.text.subword import KINDS as SUBWORD_KINDS
+from gflow.text.subword import SubwordTokenizer
 from gflow.text.tokenize import TOKENIZERS, Vocabulary
 from gflow.text.windows import WindowStream, fixed_sample
 
@@ -50,6 +52,7 @@ class TrainData:
     eval_tokens: np.ndarray  # int32 [eval_batch, seq_len + 1]
     references: dict  # unigram and Bayes losses where known
     vocab: Vocabulary | None = None
+    tokenizer: SubwordTokenizer | None = None  # a trained subword tokeniser
 
 
 def prepare(cfg: TrainConfig) -> TrainData:
@@ -62,14 +65,27 @@ def prepare(cfg: TrainConfig) -> TrainData:
         refs = {"unigram_loss": chain.unigram_loss, "bayes_loss": chain.bayes_loss}
         stream = MarkovStream(chain, batch=cfg.batch, length=length)
         return TrainData(len(cfg.pi), stream, np.asarray(sample), refs)
-    toks = TOKENIZERS["word"](load_corpus(cfg.data, max_chars=cfg.max_chars))
-    vocab = Vocabulary.build(toks, cfg.vocab_size)
+    text = load_corpus(cfg.data, max_chars=cfg.max_chars)
+    subword = None
+    if cfg.tokenizer in SUBWORD_KINDS:
+        subword = SubwordTokenizer.train(
+            text,
+            kind=cfg.tokenizer,
+            vocab_size=cfg.vocab_size,
+            whitespace=cfg.whitespace,
+        )
+        toks = subword(text)
+        vocab = Vocabulary.build(toks, subword.vocab_size)  # every piece is kept
+    else:
+        toks = TOKENIZERS[cfg.tokenizer](text)
+        vocab = Vocabulary.build(toks, cfg.vocab_size)
     ids = vocab.encode(toks)
     sample = fixed_sample(ids, length=cfg.seq_len, num=cfg.eval_batch)
     stream = WindowStream(ids, length=cfg.seq_len, batch=cfg.batch)
     freq = np.asarray(vocab.frequencies)
     unigram = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
-    return TrainData(len(vocab), stream, sample, {"unigram_loss": unigram}, vocab)
+    refs = {"unigram_loss": unigram}
+    return TrainData(len(vocab), stream, sample, refs, vocab, subword)
 
 
 def init_model(cfg: TrainConfig, d_vocab: int) -> Transformer:
@@ -97,7 +113,7 @@ def _initializer(d_vocab, d_model, layers, heads, scale, d_ff, value, layernorm,
             residual=residual,
             max_len=max_len,
             dtype=np.float64 if x64 else np.float32,
-        )  # fmt: skip
+        )
     )
 
 
@@ -149,7 +165,12 @@ def run_train(
     key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
     params, _ = eqx.partition(model, eqx.is_inexact_array)
     state0 = own.init(params)
-    fp = fingerprint(model, eval_loss, obs, settings=dataclasses.asdict(cfg))
+    settings = {
+        k: v
+        for k, v in dataclasses.asdict(cfg).items()
+        if k not in LATER_SETTINGS or v != LATER_SETTINGS[k]
+    }
+    fp = fingerprint(model, eval_loss, obs, settings=settings)
 
     def compute(i, previous):
         if read_only:
@@ -161,11 +182,21 @@ def run_train(
             state = params_from_columns(dict(previous), state0, _OPT, eqx.is_array)
             t0 = float(previous["t"][-1])
         traj, state = minibatch_segment(
-            eval_loss, current, optimizer, data.stream, batch_loss=sequence_loss,
-            key=key, steps=cfg.piece_steps, save_every=cfg.save_every,
-            learning_rate=lr, start=start, t0=t0, opt_state=state,
-            observables=obs, save_params=True,
-        )  # fmt: skip
+            eval_loss,
+            current,
+            optimizer,
+            data.stream,
+            batch_loss=sequence_loss,
+            key=key,
+            steps=cfg.piece_steps,
+            save_every=cfg.save_every,
+            learning_rate=lr,
+            start=start,
+            t0=t0,
+            opt_state=state,
+            observables=obs,
+            save_params=True,
+        )
         columns = {"t": traj.t, **traj.metrics, **param_columns(traj.params)}
         if i:  # the first save of a piece is the last of the one before
             columns = {k: v[1:] for k, v in columns.items()}
