@@ -468,7 +468,9 @@ FIELD_VALID = {
     ("TrainConfig", "d_model"): lambda n: n >= 2 and n % 2 == 0,
     ("TrainConfig", "segments"): lambda n: 1 <= n <= 300,
     ("TrainConfig", "max_len"): lambda n: n >= 64,
-    ("TrainConfig", "vocab_size"): lambda n: n >= 2,
+    ("TrainConfig", "vocab_size"): lambda n: n >= 2,  # with the word tokeniser
+    ("TrainConfig", "tokenizer"): lambda s: s in TOKENIZER_NAMES,  # vocab_size 64 fits
+    ("TrainConfig", "whitespace"): lambda s: s in WHITESPACE_MODES,
     # TextConfig (a run's config.json, for --resume) against its defaults: the word
     # tokeniser, the one-layer model, GD and full-batch Adam
     ("TextConfig", "corpus"): lambda s: s != "",  # a missing file fails later
