@@ -90,7 +90,7 @@ def _store(tmp_path) -> PieceStore:
 def test_a_piece_records_its_index_time_range_and_checksum(tmp_path):
     store = _store(tmp_path)
     arrays = _raw(store.path(1))
-    assert int(arrays["piece:index"]) == 1
+    assert int(arrays["piece:index"]) == 1 and str(arrays["piece:name"]) == "seg-001"
     np.testing.assert_array_equal(arrays["piece:t"], [1.5, 2.0])
     assert len(str(arrays["piece:checksum"])) == 64
     # read back: the columns as saved, the recorded fields left out
@@ -118,7 +118,21 @@ def test_a_piece_copied_over_another_is_refused(tmp_path):
     shutil.copy(store.path(1), store.path(0))
     with pytest.raises(ConfigError) as excinfo:
         run_pieces(store, 2, lambda i, previous: pytest.fail("recomputed"))
-    _refused(excinfo, store.path(0), "holds piece 1, not piece 0")
+    _refused(
+        excinfo, store.path(0), "holds piece 1 of 'seg' (seg-001.npz), not seg-000"
+    )
+
+
+def test_a_piece_of_another_name_copied_over_is_refused(tmp_path):
+    """A text run keeps one piece per run, each of index 0 (gd-000.npz,
+    adam-000.npz): the recorded name tells them apart."""
+    gd, adam = PieceStore(tmp_path, "gd", "fp"), PieceStore(tmp_path, "adam", "fp")
+    gd.save(0, {"x": np.zeros(2)})
+    adam.save(0, {"x": np.ones(2)})
+    shutil.copy(adam.path(0), gd.path(0))
+    with pytest.raises(ConfigError) as excinfo:
+        gd.load(0)
+    _refused(excinfo, gd.path(0), "holds piece 0 of 'adam' (adam-000.npz), not gd-000")
 
 
 def test_pieces_whose_times_do_not_increase_are_refused(tmp_path):
@@ -209,7 +223,9 @@ def test_resumable_flow_refuses_a_segment_copied_over_another(
         shutil.copy(two, one)
     with pytest.raises(ConfigError) as excinfo:
         gflow.solve_flow_resumable(loss, model, checkpoint_dir=directory, **FLOW)
-    _refused(excinfo, one, "holds piece 2, not piece 1")
+    _refused(
+        excinfo, one, "holds piece 2 of 'segment' (segment-002.npz), not segment-001"
+    )
 
 
 def test_resumable_flow_refuses_legacy_segments_out_of_order(flow_setup, tmp_path):
@@ -270,7 +286,7 @@ def test_resumable_sweep_refuses_a_damaged_chunk(sweep_setup, tmp_path, kind):
     directory = tmp_path / "ck"
     if kind == "copied":
         shutil.copy(_chunk(directory, 0), _chunk(directory, 1))
-        words = "holds piece 0, not piece 1"
+        words = "holds piece 0 of 'members' (members-000.npz), not members-001"
     else:
         damage, words = DAMAGE[kind]
         damage(_chunk(directory, 1))

@@ -15,8 +15,9 @@ was instead of recomputing a failure.
 
 Verified pieces. Beside its columns a piece records
 
-- ``piece:index``: its index i, which must be the one in its file name (a piece
-  copied or renamed over another is refused);
+- ``piece:name`` and ``piece:index``: its file name's stem ``<prefix>-<i>`` and its
+  index i, which must be those of the file it is read from (a piece copied or renamed
+  over another, a text run's piece over another run's among them, is refused);
 - ``piece:t``: its time range [t_first, t_last], when its columns have a
   one-dimensional, non-empty ``t`` column (a flow or training segment; a sweep chunk's
   ``t`` is per member, [M, S], and its chunks lie side by side, not one after another);
@@ -61,7 +62,8 @@ STATUS = "status"
 
 _FINGERPRINT = "fingerprint"
 _RECORDED = "piece:"  # the prefix of the fields a piece records about itself
-_INDEX, _TIMES, _CHECKSUM = "piece:index", "piece:t", "piece:checksum"
+_NAME, _INDEX = "piece:name", "piece:index"
+_TIMES, _CHECKSUM = "piece:t", "piece:checksum"
 
 
 def fingerprint(*trees, settings=None) -> str:
@@ -183,14 +185,14 @@ class PieceStore:
         stored = str(recorded.pop(_CHECKSUM))
         if checksum({**columns, **recorded}) != stored:
             raise _damaged(path, "fails its checksum: it changed after it was written")
-        if _INDEX not in recorded:
-            raise _damaged(path, "records no index")
-        index, named = int(recorded[_INDEX]), _index_in_name(path)
-        if index != named:
+        if _NAME not in recorded or _INDEX not in recorded:
+            raise _damaged(path, "records no name or no index")
+        name, index = str(recorded[_NAME]), int(recorded[_INDEX])
+        if name != path.stem or index != _index_in_name(path):
             raise _damaged(
                 path,
-                f"holds piece {index}, not piece {named}: a piece copied or renamed "
-                "over another",
+                f"holds piece {index} of '{name.rsplit('-', 1)[0]}' ({name}.npz), "
+                f"not {path.stem}: a piece copied or renamed over another",
             )
         times, actual = recorded.get(_TIMES), time_range(columns)
         if (times is None) != (actual is None) or (
@@ -207,6 +209,7 @@ class PieceStore:
         path = self.path(i)
         arrays = {k: np.asarray(v) for k, v in columns.items()}
         arrays[_FINGERPRINT] = np.asarray(self.fingerprint)
+        arrays[_NAME] = np.asarray(path.stem)
         arrays[_INDEX] = np.asarray(_index_in_name(path), np.int64)
         if (times := time_range(columns)) is not None:
             arrays[_TIMES] = np.asarray(times, np.float64)
