@@ -102,6 +102,58 @@ def test_resume_on_a_damaged_piece_is_one_line_exit_2(
     _refused_naming(rc, err, command, path)
 
 
+TRAIN = (
+    "train --steps 8 --num-saves 5 --segments 2 --seq-len 6 --batch 4 --eval-batch 8 "
+    "--d-model 4 --layers 1 --heads 1 --no-figures"
+).split()
+TEXT = (
+    "text --vocab-size 12 --context 4 --windows 16 --steps 6 --opt-steps 3 "
+    "--num-saves 3 --num-queries 1 --sharpness-checks 2 --no-figures"
+).split()
+
+
+@pytest.fixture(scope="module")
+def train_run(tmp_path_factory):
+    """A finished tiny training run directory (two segments)."""
+    out = tmp_path_factory.mktemp("train") / "run"
+    assert main(["--quiet", *TRAIN, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory):
+    """A finished tiny text run directory (a GD run and an Adam run)."""
+    tmp = tmp_path_factory.mktemp("text")
+    rng = np.random.default_rng(0)
+    words = ["the", "cat", "dog", "sat", "ran", "on", "mat", "big", "red", "a"]
+    corpus = tmp / "story.txt"
+    corpus.write_text(
+        " ".join(" ".join(rng.choice(words, 6)) + "." for _ in range(400))
+    )
+    out = tmp / "run"
+    assert main(["--quiet", *TEXT, "--corpus", str(corpus), "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow  # two more commands' compilations; the same pieces as flow's
+@pytest.mark.parametrize("kind", DAMAGE)
+@pytest.mark.parametrize(
+    "command, piece, other",
+    [
+        ("train", "checkpoint/segment-000.npz", "checkpoint/segment-001.npz"),
+        ("text", "pieces/gd-000.npz", "pieces/adam-000.npz"),
+    ],
+)
+def test_train_and_text_resume_on_a_damaged_piece_is_one_line_exit_2(
+    request, tmp_path, command, piece, other, kind
+):
+    run = tmp_path / "run"
+    shutil.copytree(request.getfixturevalue(f"{command}_run"), run)
+    DAMAGE[kind](run / piece, run / other)
+    rc, err = _resume(command, run)
+    _refused_naming(rc, err, command, run / piece)
+
+
 def _segment(run, k) -> Path:
     return run / "checkpoint" / f"segment-{k:03d}.npz"
 
