@@ -26,9 +26,11 @@ Verified pieces. Beside its columns a piece records
 
 ``PieceStore.load`` refuses, as a one-line ``ConfigError`` naming the file, a piece
 that cannot be read (empty, truncated, not an .npz archive), that lacks its
-fingerprint or its checksum, whose checksum does not match, or whose recorded index
-is another's; ``run_pieces`` refuses pieces whose times do not increase strictly from
-one piece to the next (t_first of piece i > t_last of piece i−1). A damaged piece is
+fingerprint or its checksum, whose checksum does not match, or whose recorded name
+or index is another file's; ``run_pieces`` refuses a piece read back whose times leave
+its part of the run where the run knows it (a flow segment's [t_k, t_k+1]), and pieces
+whose times do not increase strictly from one piece to the next (t_first of piece i >
+t_last of piece i−1), naming the piece read back. A damaged piece is
 refused, not recomputed over: the fix is one ``rm`` away and named in the message,
 while deleting it silently would destroy what may be the only evidence of a disk or
 copy fault (or a file being written by another process on a shared filesystem).
