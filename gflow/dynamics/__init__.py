@@ -16,6 +16,7 @@ from gflow.dynamics.trajectory import STATUSES as STATUSES
 from gflow.dynamics.trajectory import Status as Status
 from gflow.dynamics.trajectory import Trajectory as Trajectory
 from gflow.dynamics.trajectory import parameter_distance as parameter_distance
+from gflow.dynamics.schedules import warmup_cosine as warmup_cosine
 from gflow.dynamics.metrics import evaluate_metrics as evaluate_metrics
 from gflow.dynamics.metrics import gradient_norm as gradient_norm
 
@@ -61,6 +62,7 @@ __all__ = [
     "SweepRun",
     "Trajectory",
     "evaluate_metrics",
+    "warmup_cosine",
     "grad_evals_per_step",
     "gradient_norm",
     "member_mesh",

@@ -9,16 +9,17 @@ below that receives the objects and never reads a name.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 import diffrax
-import optax
 
 from gflow.dynamics.optimizers import OPTIMIZERS as _OPTIMIZER_CLASSES
 from gflow.dynamics.optimizers import AbstractOptimizer, optimizer_named
 from gflow.dynamics.references.central import CentralFlowReference
 from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
+from gflow.dynamics.schedules import warmup_cosine
 from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 from gflow.runs.config import ConfigError
 
@@ -110,18 +111,15 @@ def _constant(peak: float, *, steps: int, warmup_steps: int):
 
 
 def _warmup_cosine(peak: float, *, steps: int, warmup_steps: int):
-    return optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=peak,
-        warmup_steps=max(1, warmup_steps),
-        decay_steps=steps,
+    return functools.partial(
+        warmup_cosine, peak=peak, warmup=max(1, warmup_steps), total=steps
     )
 
 
-#: Step-size schedules of ``gflow train``: the step size itself, or optax's linear
-#: warmup from 0 to the peak then cosine decay to 0 at the last step. (``gflow
-#: text``'s full-batch loop has its own in-program schedule, chosen by the same
-#: names: ``gflow.text.run_full_batch``.)
+#: Step-size schedules of ``gflow train``: the step size itself, or the linear
+#: warmup from 0 to the peak then cosine decay to 0 at the last step
+#: (``gflow.dynamics.schedules.warmup_cosine``, the one ``gflow text`` uses too; the
+#: values of optax's ``warmup_cosine_decay_schedule``).
 SCHEDULES = NameTable(
     "schedule", {"constant": _constant, "warmup-cosine": _warmup_cosine}
 )

@@ -32,6 +32,7 @@ from jaxtyping import Scalar
 from gflow.array_types import LossFn, Model
 from gflow.dynamics.optimizer_step import guarded_step
 from gflow.dynamics.optimizers import SGD, Adam, AdamW
+from gflow.dynamics.schedules import warmup_cosine
 from gflow.dynamics.trajectory import Trajectory
 from gflow.dynamics.tree import tree_where
 
@@ -39,25 +40,6 @@ from gflow.dynamics.tree import tree_where
 #: the first ``warmup`` steps and a cosine decay from the peak to ``final`` at the
 #: last step (``warmup_cosine``).
 SCHEDULES = ("constant", "warmup-cosine")
-
-
-def warmup_cosine(k, peak, warmup, total, final=0.0, xp=jnp):
-    """η_k of the warmup-cosine schedule, in closed form (``xp``: jnp or numpy).
-
-    η_k = peak·k/w for k < w, then final + (peak − final)·(1 + cos(π·min(k − w,
-    T − w)/(T − w)))/2, with w = ``warmup`` steps and T = ``total`` steps: the values
-    of ``optax.warmup_cosine_decay_schedule(0, peak, w, T, final)`` (which
-    ``tests/test_text_optimizers.py`` checks), written with plain operations so that
-    every argument may be traced. w = 0: no warmup (η_0 = peak).
-    """
-    k = xp.asarray(k)
-    dtype = xp.result_type(peak, xp.float32)
-    k = k.astype(dtype)
-    warm = peak * k / xp.maximum(warmup, 1)
-    span = xp.maximum(total - warmup, 1)
-    frac = xp.clip((k - warmup) / span, 0, 1)
-    cos = final + (peak - final) * 0.5 * (1 + xp.cos(np.pi * frac))
-    return xp.where(k < warmup, warm, cos)
 
 
 def gd_or_adam(

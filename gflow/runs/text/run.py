@@ -31,13 +31,14 @@ import optax
 from gflow.analysis.head_observables import HeadObservables
 from gflow.dynamics.flow import solve_flow
 from gflow.dynamics.optimizers import SGD, Adam, AdamW
+from gflow.dynamics.schedules import warmup_cosine
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.model import AttentionModel
 from gflow.problems.transformer import Transformer
 from gflow.runs.flow_run import SOLVERS
 from gflow.runs.text.config import PAPER_QUERIES, TextConfig
 from gflow.text.corpus import load_corpus
-from gflow.text.fullbatch import run_full_batch, warmup_cosine
+from gflow.text.fullbatch import run_full_batch
 from gflow.text.observables import TextObservables, default_queries, observe_snapshots
 from gflow.text.positional import PositionalAttentionModel, TextLoss
 from gflow.text.stability import stability_check
