@@ -11,6 +11,11 @@ The step is ``gflow.dynamics.optimizer_step.guarded_step``: a divergence freezes
 run at its last good state and the later saves are NaN. ``minibatch_segment`` runs
 one piece and returns the optimizer state too, so that a long run can be cut into
 checkpointed pieces (``gflow.runs.checkpoint``) and resumed bit for bit.
+
+A batch of token ids outside the model's vocabulary 0 .. d_vocab−1 makes that step's
+loss NaN, whatever ``batch_loss`` does with it (one comparison and reduction over the
+batch, inside the compiled step): the run ends ``diverged`` at that step instead of
+learning from clamped or wrapped ids.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, PyTree
 from gflow.dynamics.metrics import evaluate_metrics
 from gflow.dynamics.optimizer_step import guarded_step
 from gflow.dynamics.trajectory import Trajectory
+from gflow.problems.losses import check_token_ids, nan_unless_valid
 
 #: ``stream(key) -> tokens [batch, s + 1]``: a minibatch sampler.
 Stream = Callable[[PRNGKeyArray], Int[Array, "b s1"]]
@@ -50,6 +56,17 @@ def step_sizes(learning_rate: float | Callable, start: int, steps: int) -> np.nd
     return np.full(steps, float(learning_rate))
 
 
+def _checked_loss(batch_loss: BatchLoss, model, batch) -> Float[Array, ""]:
+    """``batch_loss(model, batch)``, NaN when an integer batch holds an id outside
+    0 .. ``model.d_vocab``−1 (models without ``d_vocab`` are not checked)."""
+    loss = batch_loss(model, batch)
+    d = getattr(model, "d_vocab", None)
+    if d is None or not jnp.issubdtype(getattr(batch, "dtype", float), jnp.integer):
+        return loss
+    check_token_ids(batch, d, name="batch")  # a concrete batch: raise while tracing
+    return nan_unless_valid(loss, batch, d)
+
+
 @eqx.filter_jit
 def _segment(
     params, static, opt_state, optimizer, stream, batch_loss, eval_loss,
@@ -63,7 +80,9 @@ def _segment(
         key, k = key_k
         batch = stream(key)
         p, s, bad_at, _, _ = guarded_step(
-            jax.value_and_grad(lambda q: batch_loss(eqx.combine(q, static), batch)),
+            jax.value_and_grad(
+                lambda q: _checked_loss(batch_loss, eqx.combine(q, static), batch)
+            ),
             optimizer, p, s, bad_at, k, blowup=blowup,
         )  # fmt: skip
         return (p, s, bad_at), None
@@ -113,7 +132,8 @@ def minibatch_segment(
         optimizer: any optax transformation (its own schedule, if any, should
             match ``learning_rate``, which only sets the clock).
         stream: ``stream(key) -> tokens [batch, s + 1]``.
-        batch_loss: ``batch_loss(model, tokens) -> scalar``, the training loss.
+        batch_loss: ``batch_loss(model, tokens) -> scalar``, the training loss; a
+            batch with an id outside 0 .. d_vocab−1 counts as a divergence.
         key: the run's key; step k draws ``stream(fold_in(key, k))``.
         steps: a multiple of ``save_every``.
         save_every: steps between saves; saves at start, start + save_every, ...

@@ -42,6 +42,7 @@ from gflow.monitor import logs
 from gflow.monitor.logs import load_monitor
 from gflow.monitor.signals import probe_signals
 from gflow.monitor.tensorboard import ScalarWriter
+from gflow.problems.losses import check_token_ids
 from gflow.runs.environment import environment
 from gflow.runs.files import write_json
 
@@ -115,6 +116,7 @@ class Monitor:
         self.out.mkdir(parents=True, exist_ok=True)
         self._tb = ScalarWriter(self.out / "tensorboard") if tensorboard else None
         self._obs: HeadObservables | None = None
+        self._d_vocab: int | None = None  # the logits' width, fixed by _start
         self._probe = None  # the probe object last observed (identity, not value)
         self._shapes: dict[str, list[int]] | None = None
         self._rows: AppendLogs | None = None
@@ -143,7 +145,8 @@ class Monitor:
             step: the training step (an integer ≥ 0).
             model: an attending model (``gflow.analysis.attending``).
             tokens: the probe batch, int [b, s+1]; keep it fixed (a new batch of the
-                same shape does not recompile, but moves the signals).
+                same shape does not recompile, but moves the signals). Its ids must
+                lie in 0 .. d_vocab−1: a ValueError names the first that does not.
             t: the shared clock t = Σ η of the step (default: the step).
 
         Returns:
@@ -165,6 +168,7 @@ class Monitor:
                     f"tokens changed shape {tuple(self._obs.tokens.shape)} -> "
                     f"{np.shape(tokens)}; keep one probe batch"
                 )
+            check_token_ids(tokens, self._d_vocab, name="probe")
             self._obs = HeadObservables(tokens, self._obs.top, self._obs.tracked)
         self._probe = tokens
         clock = float(step if t is None else t)
@@ -213,6 +217,8 @@ class Monitor:
         if not np.issubdtype(tokens.dtype, np.integer):
             raise TypeError(f"tokens must be integers, got {tokens.dtype}")
         d = int(eqx.filter_eval_shape(model, jnp.asarray(tokens[0, :-1])).shape[-1])
+        check_token_ids(tokens, d, name="probe")
+        self._d_vocab = d
         obs = HeadObservables.default(tokens, d, n_tracked=self.n_tracked)
         top = obs.top if self._top is None else self._top
         tracked = obs.tracked if self._tracked is None else self._tracked

@@ -5,6 +5,14 @@ gathering m-dimensional embeddings at every position (MODEL.md §2). A sampled s
 then enters only through its token-type counts: positions of the same type share a
 score, so attention over s positions is attention over d types weighted by counts,
 exactly as the population loss weights them by π.
+
+Token ids are checked. Concrete tokens (outside jit, or closed over by a jitted
+function) holding an id outside 0 .. d_vocab−1 raise a ValueError naming the id,
+its row and position (``check_token_ids``). Traced tokens cannot raise: there one bad id
+makes the loss NaN (``nan_unless_valid``, a ``jnp.where`` on the validity of the
+batch), so a flow or optimizer run ends ``diverged``, and good ids give the same
+bits, loss and gradient, as without the check (one comparison and one reduction over
+the tokens, no host sync).
 """
 
 from __future__ import annotations
@@ -17,6 +25,71 @@ from jaxtyping import Array, ArrayLike, Float, Int, PyTree, Real
 
 from gflow.problems.markov import MarkovChain
 from gflow.problems.model import AttentionModel
+
+
+def check_token_ids(
+    tokens: Int[ArrayLike, "*shape"], d_vocab: int | None, *, name: str = "tokens"
+) -> None:
+    """ValueError naming the first id of concrete ``tokens`` outside 0 .. d_vocab−1.
+
+    Args:
+        tokens: int [batch, s+1] (reported as batch row and position) or int [n], a
+            token stream (reported as its position). Traced tokens pass unchecked
+            (``nan_unless_valid`` guards them inside jit).
+        d_vocab: the vocabulary size d, or None to check only that ids are >= 0.
+        name: what the tokens are, for the message.
+    """
+    if isinstance(tokens, jax.core.Tracer):
+        return
+    ids = np.asarray(tokens)
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"{name} must be integer token ids, got dtype {ids.dtype}")
+    bad = ids < 0 if d_vocab is None else (ids < 0) | (ids >= d_vocab)
+    if not bad.any():
+        return
+    at = tuple(int(i) for i in np.argwhere(bad)[0])
+    if len(at) == 2:
+        role = "the target" if at[1] == ids.shape[1] - 1 else "context"
+        where = f"batch row {at[0]}, position {at[1]} ({role})"
+    else:
+        where = f"position {', '.join(map(str, at))}"
+    valid = (
+        "be >= 0"
+        if d_vocab is None
+        else f"lie in 0 .. {d_vocab - 1} (d_vocab = {d_vocab})"
+    )
+    raise ValueError(
+        f"{name}: token id {int(ids[at])} at {where} is out of range: ids must "
+        f"{valid}; {int(bad.sum())} of {ids.size} ids are out of range (encode the "
+        "data with the model's vocabulary)"
+    )
+
+
+def nan_unless_valid(
+    loss: Float[Array, ""], tokens: Int[ArrayLike, "*shape"], d_vocab: int
+) -> Float[Array, ""]:
+    """``loss``, or NaN when traced ``tokens`` hold an id outside 0 .. d_vocab−1;
+    concrete tokens are returned unchanged (``check_token_ids`` raises for them).
+
+    The NaN is subtracted outside the gradient (``loss − sg(where(valid, 0, nan))``):
+    a good batch keeps the bits of the loss (x − 0 = x, −0 included) and of its
+    gradient, whose cotangent stays the constant 1 that XLA folds as without the
+    guard. A bad batch's gradient is the unchecked one; the NaN loss is what the
+    flow and optimizer loops read as a divergence.
+    """
+    if not isinstance(tokens, jax.core.Tracer):
+        return loss
+    valid = jnp.all((tokens >= 0) & (tokens < d_vocab))
+    nan = jnp.full((), jnp.nan, loss.dtype)
+    return loss - jax.lax.stop_gradient(jnp.where(valid, jnp.zeros_like(nan), nan))
+
+
+def _vocab_size(model, tokens) -> int:
+    """d: ``model.d_vocab``, or the width of the logits after ``tokens[0, :-1]``."""
+    d = getattr(model, "d_vocab", None)
+    if d is None:
+        d = eqx.filter_eval_shape(model, jnp.asarray(tokens)[0, :-1]).shape[-1]
+    return int(d)
 
 
 def _type_forms(
@@ -144,12 +217,26 @@ def sequence_loss(
             the paper's objective is the last position only.
         dense: force the d×d form (True) or the gathered-embedding form (False);
             None picks the cheaper one. Both give the same loss. AttentionModel only.
+
+    Raises:
+        ValueError: for concrete tokens with an id outside 0 .. d_vocab−1, naming
+            it and its row and position. Traced tokens (inside jit) with such an id
+            give a NaN loss instead (``nan_unless_valid``), never a plausible
+            number: a run on them ends ``diverged``.
     """
-    tokens = jnp.asarray(tokens)
-    if tokens.ndim != 2 or tokens.shape[1] < 2:
+    if np.ndim(tokens) != 2 or np.shape(tokens)[1] < 2:
         raise ValueError(
-            f"tokens must be int [batch, s+1] with s >= 1, got {tokens.shape}"
+            f"tokens must be int [batch, s+1] with s >= 1, got {np.shape(tokens)}"
         )
+    d = _vocab_size(model, tokens)
+    check_token_ids(tokens, d)
+    tokens = jnp.asarray(tokens)
+    loss = _sequence_loss(model, tokens, all_positions=all_positions, dense=dense)
+    return nan_unless_valid(loss, tokens, d)
+
+
+def _sequence_loss(model, tokens, *, all_positions, dense):
+    """``sequence_loss`` on tokens already checked (or guarded)."""
     context, target = tokens[:, :-1], tokens[:, -1]
     if not isinstance(model, AttentionModel):
         if dense:
@@ -183,11 +270,26 @@ class PopulationLoss(eqx.Module):
 
 
 class SequenceLoss(eqx.Module):
-    """``loss_fn(model)`` for a fixed batch of token sequences (full-batch flow)."""
+    """``loss_fn(model)`` for a fixed batch of token sequences (full-batch flow).
+
+    Construction checks the tokens: int [batch, s+1], every id >= 0 and, given
+    ``d_vocab``, below it (a ValueError naming the id and its row and position).
+    Called, it is ``sequence_loss``: inside jit its tokens are traced, so an id
+    outside the model's vocabulary makes the loss NaN (the run ends ``diverged``).
+    """
 
     tokens: Int[np.ndarray, "b s1"] | Int[Array, "b s1"]
     all_positions: bool = eqx.field(static=True, default=False)
     dense: bool | None = eqx.field(static=True, default=None)
+    d_vocab: int | None = eqx.field(static=True, default=None, kw_only=True)
+
+    def __check_init__(self):
+        if np.ndim(self.tokens) != 2 or np.shape(self.tokens)[1] < 2:
+            raise ValueError(
+                "tokens must be int [batch, s+1] with s >= 1, got "
+                f"{np.shape(self.tokens)}"
+            )
+        check_token_ids(self.tokens, self.d_vocab)
 
     def __call__(self, model: AttentionModel | PyTree) -> Float[Array, ""]:
         return sequence_loss(

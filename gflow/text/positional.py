@@ -12,9 +12,10 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from gflow.problems.losses import sequence_loss
+from gflow.problems.losses import check_token_ids, nan_unless_valid, sequence_loss
 from gflow.problems.model import AttentionModel
 from gflow.problems.transformer import Transformer
 from gflow.text.counts import counts_loss, window_log_counts
@@ -110,17 +111,25 @@ def text_loss(
 ) -> Float[Array, ""]:
     """``gflow.sequence_loss`` for an ``AttentionModel``; the same objective (last
     position, or all positions causally) for a ``PositionalAttentionModel`` or a
-    ``gflow.Transformer``."""
+    ``gflow.Transformer``.
+
+    Token ids are checked as in ``gflow.sequence_loss``: concrete tokens with an id
+    outside 0 .. d_vocab−1 raise a ValueError naming it and its row and position;
+    traced tokens (inside jit) give a NaN loss.
+    """
     if isinstance(model, AttentionModel):
         return sequence_loss(model, tokens, all_positions=all_positions, dense=dense)
     if dense:  # a model with positions, or a Transformer
         raise ValueError("the d×d form is the one-layer model's: use dense=None/False")
+    check_token_ids(tokens, model.d_vocab)
     tokens = jnp.asarray(tokens)
     context = tokens[:, :-1]
     if all_positions:
         logits = jax.vmap(model.causal_logits)(context)
-        return jnp.mean(_cross_entropy(logits, tokens[:, 1:]))
-    return jnp.mean(_cross_entropy(jax.vmap(model)(context), tokens[:, -1]))
+        loss = jnp.mean(_cross_entropy(logits, tokens[:, 1:]))
+    else:
+        loss = jnp.mean(_cross_entropy(jax.vmap(model)(context), tokens[:, -1]))
+    return nan_unless_valid(loss, tokens, model.d_vocab)
 
 
 #: The counts form costs O(n·d·m), the gathered form O(n·s·m) plus a scatter of
@@ -138,6 +147,11 @@ class TextLoss(eqx.Module):
     counts form (``gflow.text.counts``; same value and gradient, dense products
     only) where that is the cheaper form, d <= ``COUNTS_MAX_RATIO``·s (``counts=``
     True/False forces it); otherwise ``text_loss``.
+
+    Construction checks the windows: int [n, s+1], every id >= 0 and, given
+    ``d_vocab``, below it (a ValueError naming the id and its row and position).
+    Inside jit the windows are traced: an id outside the model's vocabulary makes
+    the loss NaN (the run ends ``diverged``).
     """
 
     tokens: Int[Array, "n s1"]
@@ -154,6 +168,11 @@ class TextLoss(eqx.Module):
         dense: bool | None = None,
         counts: bool | None = None,
     ):
+        if np.ndim(tokens) != 2 or np.shape(tokens)[1] < 2:
+            raise ValueError(
+                f"tokens must be int [n, s+1] with s >= 1, got {np.shape(tokens)}"
+            )
+        check_token_ids(tokens, d_vocab)
         self.tokens = jnp.asarray(tokens)
         s = self.tokens.shape[1] - 1
         if counts is None:
@@ -171,7 +190,9 @@ class TextLoss(eqx.Module):
         self, model: AttentionModel | PositionalAttentionModel | Transformer
     ) -> Float[Array, ""]:
         if self.log_counts is not None and isinstance(model, AttentionModel):
-            return counts_loss(model, self.log_counts, self.tokens)
+            check_token_ids(self.tokens, model.d_vocab)
+            loss = counts_loss(model, self.log_counts, self.tokens)
+            return nan_unless_valid(loss, self.tokens, model.d_vocab)
         return text_loss(
             model, self.tokens, all_positions=self.all_positions, dense=self.dense
         )
