@@ -256,3 +256,23 @@ def test_fit_order_recovers_a_power_law_and_skips_bad_errors():
     errs = np.r_[np.inf, -1.0, 3.0 * lrs[2:] ** 2]
     assert fit_order(lrs, errs) == pytest.approx((2.0, np.log(3.0)), rel=1e-12)
     assert np.isnan(fit_order(lrs, [1.0, np.nan, 0.0, np.inf])).all()
+
+
+def test_a_comparison_is_typed_and_reads_as_the_dict_it_was():
+    """compare returns a Comparison: its fields, and the mapping of those set
+    (attention drift and stages only where asked), as the dict it returned."""
+    import dataclasses
+
+    from gflow.analysis import Comparison
+
+    t = np.linspace(0.0, 1.0, 3)
+    cmp = Comparison(
+        t=t, distance={"total": t}, loss_gap=t, error=1.0, final_error=1.0,
+        departure_time=None, threshold=0.1,
+    )  # fmt: skip
+    assert set(cmp) == {"t", "distance", "loss_gap", "error", "final_error",
+                        "departure_time", "threshold"}  # fmt: skip
+    assert cmp["error"] == cmp.error == 1.0 and cmp["departure_time"] is None
+    assert "attention_tv" not in cmp and dict(cmp)["threshold"] == 0.1
+    with_tv = dataclasses.replace(cmp, attention_tv=np.zeros((3, 2)))
+    assert "attention_tv" in with_tv and len(with_tv) == len(cmp) + 1

@@ -60,6 +60,7 @@ from gflow.analysis.asymmetry import tangent_basis as tangent_basis
 # Sharpness and comparisons
 from gflow.analysis.sharpness import predicted_departure as predicted_departure
 from gflow.analysis.sharpness import sharpness_along as sharpness_along
+from gflow.analysis.compare import Comparison as Comparison
 from gflow.analysis.compare import compare as compare
 from gflow.analysis.compare import departure_time as departure_time
 from gflow.analysis.compare import fit_order as fit_order
@@ -69,6 +70,7 @@ from gflow.analysis.compare import stage_times as stage_times
 from gflow.analysis.sweep_compare import compare_sweep as compare_sweep
 
 __all__ = [
+    "Comparison",
     "Attending",
     "HeadObservables",
     "HeadStage",

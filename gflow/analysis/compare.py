@@ -9,6 +9,7 @@ first exceeds a threshold, and the shift of stage times found by any stage detec
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -101,6 +102,52 @@ def stage_shifts(
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Comparison(Mapping):
+    """A run against a reference at their common times (``compare``).
+
+    Attributes:
+        t: the common times [n].
+        distance: name -> [n]: total, W_E, W_P, W_A parameter distances.
+        loss_gap: the run's loss minus the reference's [n].
+        error: the largest total distance (NaN if none is finite).
+        final_error: the total distance at the last common time.
+        departure_time: the first t with total distance above ``threshold``.
+        threshold: that threshold.
+        attention_tv: total-variation drift of the attention [n, d], if asked.
+        stages: stage name -> run, reference and shift times, if asked.
+
+    Reads as a mapping of the measures that are set (``cmp["error"]``,
+    ``dict(cmp)``), as the dict that ``compare`` returned before.
+    """
+
+    t: ArrayLike
+    distance: dict
+    loss_gap: ArrayLike
+    error: float
+    final_error: float
+    departure_time: float | None
+    threshold: float
+    attention_tv: ArrayLike | None = None
+    stages: dict | None = None
+
+    def _set(self) -> dict:
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None or f.name == "departure_time"
+        }
+
+    def __getitem__(self, key: str):
+        return self._set()[key]
+
+    def __iter__(self):
+        return iter(self._set())
+
+    def __len__(self) -> int:
+        return len(self._set())
+
+
 def compare(
     run: Trajectory,
     ref: Trajectory,
@@ -108,7 +155,7 @@ def compare(
     threshold: float = 0.1,
     pi: Real[ArrayLike, " d"] | None = None,
     stage_detector: Callable | None = None,
-) -> dict:
+) -> Comparison:
     """All comparison measures of ``run`` against ``ref`` at their common times.
 
     Args:
@@ -118,27 +165,27 @@ def compare(
         stage_detector: ``trajectory -> stages`` (see ``stage_times``); None skips.
 
     Returns:
-        dict with ``t``, ``distance`` (total, W_E, W_P, W_A, each [n]), ``loss_gap``
-        [n], ``error`` (max total distance), ``final_error``, ``departure_time``, and
-        where asked ``attention_tv`` [n, d] and ``stages``.
+        A ``Comparison`` (``t``, ``distance``, ``loss_gap``, ``error``,
+        ``final_error``, ``departure_time``, ``threshold`` and where asked
+        ``attention_tv`` and ``stages``), which also reads as the dict of those
+        that are set.
     """
     dist = parameter_distance(run, ref)
     n = len(dist["t"])
     total = dist["total"]
-    out = {
-        "t": dist["t"],
-        "distance": {k: v for k, v in dist.items() if k != "t"},
-        "loss_gap": np.asarray(run.metrics["loss"][:n]) - ref.metrics["loss"][:n],
-        "error": float(np.nanmax(total)) if np.isfinite(total).any() else np.nan,
-        "final_error": float(total[-1]),
-        "departure_time": departure_time(dist["t"], total, threshold),
-        "threshold": threshold,
-    }
-    if pi is not None:
-        out["attention_tv"] = attention_drift(run, ref, pi)
-    if stage_detector is not None:
-        out["stages"] = stage_shifts(run, ref, stage_detector)
-    return out
+    return Comparison(
+        t=dist["t"],
+        distance={k: v for k, v in dist.items() if k != "t"},
+        loss_gap=np.asarray(run.metrics["loss"][:n]) - ref.metrics["loss"][:n],
+        error=float(np.nanmax(total)) if np.isfinite(total).any() else np.nan,
+        final_error=float(total[-1]),
+        departure_time=departure_time(dist["t"], total, threshold),
+        threshold=threshold,
+        attention_tv=None if pi is None else attention_drift(run, ref, pi),
+        stages=None
+        if stage_detector is None
+        else stage_shifts(run, ref, stage_detector),
+    )
 
 
 def fit_order(
