@@ -10,16 +10,6 @@ from gflow.runs.sweep_run import load_sweep
 from gflow.runs.trajectory_files import load_trajectory
 
 
-def _trajectories(run_dir: Path) -> dict:
-    """Every trajectory saved in ``run_dir`` (``<name>.json`` beside
-    ``<name>_metrics.npz``), by name."""
-    return {
-        meta.stem: load_trajectory(run_dir, name=meta.stem)
-        for meta in sorted(run_dir.glob("*.json"))
-        if (run_dir / f"{meta.stem}_metrics.npz").exists()
-    }
-
-
 def load_run(run_dir) -> Run:
     """Everything in a run directory, as a typed ``Run``.
 
@@ -41,4 +31,8 @@ def load_run(run_dir) -> Run:
     extras = {}
     if command == "sweep" and (run_dir / "sweep.json").exists():
         extras = load_sweep(run_dir)
-    return Run(run_dir, command, document, _trajectories(run_dir), extras)
+    trajectories = {
+        name: load_trajectory(run_dir, name=name)
+        for name in directory.trajectory_names()
+    }
+    return Run(run_dir, command, document, trajectories, extras)

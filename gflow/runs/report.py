@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from gflow.runs.files import atomic_write_bytes, read_json, read_jsonl
+from gflow.runs.run_dir import RunDirectory
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1000px; margin: 2em auto;
@@ -90,21 +91,20 @@ def render_report(run_dir) -> str:
             f"{run_dir} has no config.json: give a directory written by a gflow command"
         )
     cfg = read_json(run_dir / "config.json")
+    directory = RunDirectory(run_dir)
+    command = directory.command(cfg) if isinstance(cfg, dict) else None
     parts = [
-        f"<h1>gflow {html.escape(str(cfg.get('command', 'run')))}: "
+        f"<h1>gflow {html.escape(str(command or 'run'))}: "
         f"{html.escape(run_dir.name)}</h1>"
     ]
     runs = []
-    for meta in sorted(run_dir.glob("*.json")):
-        if (run_dir / f"{meta.stem}_metrics.npz").exists():
-            m, why = _read(meta)
-            if why is None and isinstance(m.get("stats"), dict) and "status" in m:
-                stats = {k: v for k, v in m["stats"].items() if v is not None}
-                runs.append({"run": meta.stem, "status": m["status"], **stats})
-            else:
-                runs.append(
-                    {"run": meta.stem, "status": f"unreadable ({why or 'keys'})"}
-                )
+    for name in directory.trajectory_names():
+        m, why = _read(run_dir / f"{name}.json")
+        if why is None and isinstance(m.get("stats"), dict) and "status" in m:
+            stats = {k: v for k, v in m["stats"].items() if v is not None}
+            runs.append({"run": name, "status": m["status"], **stats})
+        else:
+            runs.append({"run": name, "status": f"unreadable ({why or 'keys'})"})
     if runs:
         parts += ["<h2>Runs and solver statistics</h2>", _table(runs)]
     if (run_dir / "stages.json").exists():
@@ -129,8 +129,7 @@ def render_report(run_dir) -> str:
             "asymmetry lifting).</p>",
             _table([{k: e.get(k, "") for k in keep} for e in events]),
         ]
-    # a training sweep's members draw theirs in figures/<member>/
-    figures = sorted(run_dir.glob("*.png")) + sorted(run_dir.glob("figures/*/*.png"))
+    figures = directory.figures()
     if figures:
         parts += ["<h2>Figures</h2>", *(_img(p, run_dir) for p in figures)]
     parts += [
@@ -145,7 +144,12 @@ def render_report(run_dir) -> str:
 
 
 def write_report(run_dir, out=None) -> Path:
-    """Write ``report.html`` (or ``out``) for ``run_dir``; return its path."""
+    """Write ``report.html`` (or ``out``) for ``run_dir``; return its path.
+
+    Written through ``atomic_write_bytes``: a temporary file beside ``out`` renamed
+    into place, and an ``out`` that is a symbolic link, FIFO, socket, device or
+    directory is refused (``OutputError``, one line naming it), not replaced.
+    """
     out = Path(out) if out else Path(run_dir) / "report.html"
     atomic_write_bytes(out, render_report(run_dir).encode())
     return out

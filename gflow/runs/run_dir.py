@@ -59,6 +59,22 @@ class RunDirectory:
     def has_config(self) -> bool:
         return self.config_path.is_file()
 
+    def trajectory_names(self) -> list[str]:
+        """The runs saved here as trajectories: ``<name>.json`` beside
+        ``<name>_metrics.npz`` (``gflow.runs.save_trajectory``), sorted."""
+        return [
+            meta.stem
+            for meta in sorted(self.path.glob("*.json"))
+            if (self.path / f"{meta.stem}_metrics.npz").exists()
+        ]
+
+    def figures(self) -> list[Path]:
+        """The figures of the run: its PNGs, then those of a training sweep's
+        members in ``figures/<member>/``."""
+        return sorted(self.path.glob("*.png")) + sorted(
+            self.path.glob("figures/*/*.png")
+        )
+
     def document(self, option: str = "--resume") -> dict:
         """The whole ``config.json``; ConfigError (naming ``option``) when it is
         missing or not a JSON object."""
