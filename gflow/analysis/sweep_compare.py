@@ -1,8 +1,21 @@
-"""A sweep's members against a reference: errors, departure times, order, Richardson."""
+"""A sweep's members against a reference: errors, departure times, order, Richardson.
+
+The order p is the slope of log error against log η over the members in the
+asymptotic regime only. A member is left out of the fit (with its reason) when it
+diverged, when the sharpness λ_max of the reference exceeds the optimizer's stability
+bound c/η at some saved time (given ``stability`` = c), or when its distance to the
+reference is above the departure threshold already at its first save after t = 0:
+such a member is not a small-η perturbation of the reference, and one such member
+can move the fitted slope far from the method's order.
+"""
 
 from __future__ import annotations
 
+import numpy as np
+from jaxtyping import PRNGKeyArray
+
 from gflow.analysis.compare import compare, fit_order, richardson
+from gflow.analysis.sharpness import sharpness_along
 from gflow.array_types import LossFn, Model, Observables
 from gflow.dynamics.references.base import AbstractReference
 from gflow.dynamics.sweep import SweepRun
@@ -16,6 +29,8 @@ def compare_sweep(
     *,
     threshold: float = 0.1,
     observables: Observables = None,
+    stability: float | None = None,
+    key: PRNGKeyArray | None = None,
 ) -> dict:
     """Compare every member of ``run`` with ``reference`` and fit the order.
 
@@ -27,14 +42,24 @@ def compare_sweep(
         loss_fn, model: as given to ``run_sweep``.
         threshold: distance that defines the departure time.
         observables: recorded along the reference trajectories.
+        stability: the optimizer's stability constant c (``optimizer.stability``:
+            2 for GD); given, λ_max is tracked along the reference of the smallest η
+            and members with λ_max > c/η at some saved time are left out of the fit.
+        key: for the Lanczos starts of λ_max; needed with ``stability``.
 
     Returns:
         dict with ``members`` (lr, error = max distance over [0, t1], final_error,
-        departure_time, status, diverged_step, first_rise_time, loss_rises),
-        ``order`` and ``intercept`` of the
-        log-log fit over the members that succeeded, ``richardson`` (the two smallest η
-        extrapolated to η→0), ``references`` and ``comparisons`` (per member).
+        departure_time, status, diverged_step, first_rise_time, loss_rises,
+        ``in_order_fit`` and, for a member left out, ``excluded``: why),
+        ``order`` and ``intercept`` of the log-log fit over the members in it (None
+        when fewer than two remain, ``order_reason`` then says why),
+        ``order_members`` (their indices), ``excluded`` (member, lr, reason of
+        each one left out), ``richardson`` (the two smallest η of the fit
+        extrapolated to η→0), ``references`` and ``comparisons`` (per member), and
+        with ``stability`` also ``sharpness`` (t, lambda_max).
     """
+    if stability is not None and key is None:
+        raise ValueError("compare_sweep: stability needs a key for λ_max (key=...)")
     # diverged members are not compared: their reference could itself blow up
     ok = [m for m in range(len(run.lrs)) if run.status(m) == "success"]
     solved = reference.solve(
@@ -59,21 +84,72 @@ def compare_sweep(
             rec["error"] = rec["final_error"] = None
             rec["departure_time"] = rec["diverged_time"]
         members.append(rec)
-    order, intercept = fit_order(
-        [members[i]["lr"] for i in ok], [members[i]["error"] for i in ok]
-    )
+    sharpness = None
+    if stability is not None and refs:
+        smallest = refs[min(refs, key=lambda m: run.lrs[m])]
+        lam = sharpness_along(loss_fn, smallest, key=key)
+        sharpness = {"t": smallest.t, "lambda_max": lam}
+    excluded = []
+    for m, rec in enumerate(members):
+        reason = _exclusion(run, m, rec, threshold, stability, sharpness)
+        rec["in_order_fit"] = reason is None
+        if reason is not None:
+            rec["excluded"] = reason
+            excluded.append({"member": m, "lr": rec["lr"], "reason": reason})
+    fit = [m for m, rec in enumerate(members) if rec["in_order_fit"]]
+    order = intercept = reason = None
+    if len(fit) < 2:
+        reason = (
+            f"{len(fit)} member(s) in the asymptotic regime, the fit needs two; "
+            + "; ".join(f"η={e['lr']:g}: {e['reason']}" for e in excluded)
+        )
+    else:
+        p, c = fit_order([run.lrs[m] for m in fit], [members[m]["error"] for m in fit])
+        if np.isfinite(p):
+            order, intercept = p, c
+        else:
+            reason = "the errors of the members in the fit are not positive"
     extrap = {"error": None, "times": 0}
-    if len(ok) >= 2:
-        small = sorted(ok, key=lambda i: run.lrs[i])[:2]
-        b, a = small  # a: the larger of the two smallest step sizes
+    if order is not None:
+        b, a = sorted(fit, key=lambda i: run.lrs[i])[:2]  # a: the larger of the two
         extrap = richardson(run.member(a), run.member(b), refs[b], order)
-    return {
+    out = {
         "reference": reference.name,
         "threshold": threshold,
         "order": order,
         "intercept": intercept,
+        "order_members": fit,
+        "order_reason": reason,
+        "excluded": excluded,
         "richardson": extrap,
         "members": members,
         "comparisons": comparisons,
         "references": refs,
     }
+    if sharpness is not None:
+        out["sharpness"] = sharpness
+    return out
+
+
+def _exclusion(run, m, rec, threshold, stability, sharpness) -> str | None:
+    """Why member m must stay out of the order fit (None: it belongs in it)."""
+    if rec["status"] != "success":
+        return f"diverged at t = {rec['diverged_time']:g}"
+    if sharpness is not None:
+        edge = stability / rec["lr"]
+        t, lam = np.asarray(sharpness["t"]), np.asarray(sharpness["lambda_max"])
+        over = lam > edge
+        if over.any():
+            i = int(np.argmax(over))
+            return (
+                f"past its edge of stability: λ_max of the reference {lam[i]:.3g} > "
+                f"{stability:g}/η = {edge:.3g} at t = {t[i]:g}"
+            )
+    # large steps save the same time repeatedly (t = 0, 0, η, η, ...)
+    dep, first = rec["departure_time"], np.min(run.t[m][run.t[m] > 0], initial=np.inf)
+    if dep is not None and dep <= first:
+        return (
+            f"distance to the reference above the threshold {threshold:g} already "
+            f"at its first save t = {dep:g}"
+        )
+    return None

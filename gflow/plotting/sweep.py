@@ -15,7 +15,7 @@ def plot_error_vs_lr(result: dict, path, *, title: str = "") -> None:
         lr = np.array([r["lr"] for r in ok])
         err = np.array([r["error"] for r in ok])
         ax.loglog(lr, err, "o", color="k", label="members")
-        if np.isfinite(result["order"]):
+        if result["order"] is not None and np.isfinite(result["order"]):
             grid = np.geomspace(lr.min(), lr.max(), 50)
             fit = np.exp(result["intercept"]) * grid ** result["order"]
             ax.loglog(grid, fit, "--", label=f"fit: order {result['order']:.3f}")

@@ -441,10 +441,19 @@ class SweepJob(AbstractJob[SweepConfig]):
                     f"    λ_max crosses {r['edge']:.3g} at "
                     f"{'-' if edge is None else f'{edge:g}'}; stages {found or '-'}"
                 )
+            if "excluded" in r:
+                lines.append(f"    left out of the order fit: {r['excluded']}")
         resumed = out["run"].info.get("resumed_chunks", 0)
         count = out["run"].info.get("processes", 1)
+        if out["order"] is None:  # its reason's first clause; members say the rest
+            order = f"none ({out['order_reason'].split(';')[0]})"
+        else:
+            fit, total = len(out["order_members"]), len(out["members"])
+            order = f"{out['order']:.3f}" + (
+                f" over {fit} of {total} members" if fit < total else ""
+            )
         lines.append(
-            f"sweep {cfg.optimizer} vs {cfg.reference}: order {out['order']:.3f}"
+            f"sweep {cfg.optimizer} vs {cfg.reference}: order {order}"
             + (f", {resumed} chunk(s) resumed" if resumed else "")
             + (f", {count} processes" if count > 1 else "")
         )
