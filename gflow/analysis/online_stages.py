@@ -283,8 +283,16 @@ class OnlineStageDetector:
         sv = x.get(name)
         if sv is not None and sv.shape[-1] > head.cycle:
             d = self.detector
-            self._open(head, "asymmetry_lifting", f"log_{name}{head.cycle}", +1, x, t,
-                       amount=math.log(d.min_growth), start=d.growth_start)  # fmt: skip
+            self._open(
+                head,
+                "asymmetry_lifting",
+                f"log_{name}{head.cycle}",
+                +1,
+                x,
+                t,
+                amount=math.log(d.min_growth),
+                start=d.growth_start,
+            )
 
     def _step_embedding(self, step, t, x, new) -> None:
         """σ(W_E)'s liftings: the first opens at the first head's focus."""

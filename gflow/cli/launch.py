@@ -116,10 +116,22 @@ def launch(
         errs = [Path(tmp) / f"process-{i}.err" for i in range(count)]
         try:
             for i in range(count):
-                argv = [sys.executable, "-m", "gflow", *global_args, command,
-                        *worker_args, "--coordinator", f"127.0.0.1:{port}",
-                        "--num-processes", str(count), "--process-id", str(i),
-                        "--join-timeout", repr(timeout)]  # fmt: skip
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "gflow",
+                    *global_args,
+                    command,
+                    *worker_args,
+                    "--coordinator",
+                    f"127.0.0.1:{port}",
+                    "--num-processes",
+                    str(count),
+                    "--process-id",
+                    str(i),
+                    "--join-timeout",
+                    repr(timeout),
+                ]
                 procs.append(_start(argv, errs[i], stdout=i == 0))
             relay = threading.Thread(
                 target=_relay, args=(procs[0].stdout, sys.stdout), daemon=True

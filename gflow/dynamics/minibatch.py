@@ -69,9 +69,19 @@ def _checked_loss(batch_loss: BatchLoss, model, batch) -> Float[Array, ""]:
 
 @eqx.filter_jit
 def _segment(
-    params, static, opt_state, optimizer, stream, batch_loss, eval_loss,
-    observables, keys, ks, save, blowup,
-):  # fmt: skip
+    params,
+    static,
+    opt_state,
+    optimizer,
+    stream,
+    batch_loss,
+    eval_loss,
+    observables,
+    keys,
+    ks,
+    save,
+    blowup,
+):
     # keys: [n_chunks, save_every] batch keys; ks: [n_chunks, save_every] step numbers
     dtype = jax.tree.leaves(params)[0].dtype
 
@@ -83,8 +93,13 @@ def _segment(
             jax.value_and_grad(
                 lambda q: _checked_loss(batch_loss, eqx.combine(q, static), batch)
             ),
-            optimizer, p, s, bad_at, k, blowup=blowup,
-        )  # fmt: skip
+            optimizer,
+            p,
+            s,
+            bad_at,
+            k,
+            blowup=blowup,
+        )
         return (p, s, bad_at), None
 
     def record(carry):
@@ -157,9 +172,19 @@ def minibatch_segment(
     keys = step_keys(key, start, steps).reshape(n_chunks, save_every)
     ks = jnp.arange(start, start + steps, dtype=jnp.int32).reshape(n_chunks, -1)
     (recs, snaps), (final, state, bad_at) = _segment(
-        params, static, opt_state, optimizer, stream, batch_loss, eval_loss,
-        observables, keys, ks, bool(save_params), blowup,
-    )  # fmt: skip
+        params,
+        static,
+        opt_state,
+        optimizer,
+        stream,
+        batch_loss,
+        eval_loss,
+        observables,
+        keys,
+        ks,
+        bool(save_params),
+        blowup,
+    )
     eta = step_sizes(learning_rate, start, steps)
     clock = t0 + np.concatenate([[0.0], np.cumsum(eta)])
     t = clock[::save_every]
@@ -203,8 +228,16 @@ def run_minibatch(
     save_every = max(1, steps // 200) if save_every is None else int(save_every)
     steps = -(-steps // save_every) * save_every
     traj, _ = minibatch_segment(
-        eval_loss, model, optimizer, stream, batch_loss=batch_loss, key=key,
-        steps=steps, save_every=save_every, learning_rate=learning_rate,
-        observables=observables, save_params=save_params,
-    )  # fmt: skip
+        eval_loss,
+        model,
+        optimizer,
+        stream,
+        batch_loss=batch_loss,
+        key=key,
+        steps=steps,
+        save_every=save_every,
+        learning_rate=learning_rate,
+        observables=observables,
+        save_params=save_params,
+    )
     return traj

@@ -25,13 +25,18 @@ def flow_figures(
     run_dir, chain = Path(run_dir), cfg.chain()
     refs = dict(unigram_loss=chain.unigram_loss, bayes_loss=chain.bayes_loss)
     plot_flow(
-        traj, run_dir / "flow.png", title=f"population flow, ε={cfg.init_scale:g}",
+        traj,
+        run_dir / "flow.png",
+        title=f"population flow, ε={cfg.init_scale:g}",
         **refs,
-    )  # fmt: skip
+    )
     plot_stages(
-        traj, stages, run_dir / "stages.png", title=f"stages, ε={cfg.init_scale:g}",
+        traj,
+        stages,
+        run_dir / "stages.png",
+        title=f"stages, ε={cfg.init_scale:g}",
         **refs,
-    )  # fmt: skip
+    )
     paper_figures(run_dir, traj, stages, pi=chain.pi)
 
 
@@ -45,9 +50,12 @@ def sweep_figures(run_dir, cfg: SweepConfig, result: dict) -> None:
 
 
 def train_figures(
-    run_dir, cfg: TrainConfig, data: TrainData, traj: Trajectory,
+    run_dir,
+    cfg: TrainConfig,
+    data: TrainData,
+    traj: Trajectory,
     stages: list[Stage],
-) -> None:  # fmt: skip
+) -> None:
     """loss.png (held-out loss on the clock, with the unigram and Bayes losses),
     head_entropy.png (per head, stages shaded) and attention.png (the final model's
     heat maps on the first held-out context)."""

@@ -135,8 +135,15 @@ def plot_attention_heatmaps(
             for key in range(d):
                 v = attn[i, q, key]
                 colour = "k" if v > 0.6 else "w"
-                ax.text(key, q, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                        color=colour)  # fmt: skip
+                ax.text(
+                    key,
+                    q,
+                    f"{v:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color=colour,
+                )
         ax.set_title(f"{label}\nt = {traj.t[i]:g}", fontsize=8)
         ax.set_xticks(range(d))
         ax.set_yticks(range(d))
@@ -207,8 +214,12 @@ def plot_row_norms(
     top = int(np.argmax(pi))
     fig, ax = plt.subplots(figsize=(8, 4))
     for i in range(norms.shape[1]):
-        ax.semilogy(traj.t, norms[:, i], ls=":" if i == top else "-",
-                    label=f"token {i} (π = {pi[i]:.2g})")  # fmt: skip
+        ax.semilogy(
+            traj.t,
+            norms[:, i],
+            ls=":" if i == top else "-",
+            label=f"token {i} (π = {pi[i]:.2g})",
+        )
     low = np.sqrt(np.sum(np.delete(norms, top, axis=1) ** 2, axis=1))
     ax.semilogy(traj.t, low, color="k", lw=2, label="low-frequency rows, joint")
     shade_stages(ax, stages, labels=True)
@@ -255,8 +266,13 @@ def plot_entropy_cycles(
     ax.plot(traj.t, ent, color="tab:purple")
     for time, value, kind in entropy_extrema(traj.t, ent):
         ax.plot(time, value, "v" if kind == "min" else "^", color="k")
-        ax.annotate(f"{value:.3f}", (time, value), textcoords="offset points",
-                    xytext=(4, -12 if kind == "min" else 6), fontsize=8)  # fmt: skip
+        ax.annotate(
+            f"{value:.3f}",
+            (time, value),
+            textcoords="offset points",
+            xytext=(4, -12 if kind == "min" else 6),
+            fontsize=8,
+        )
     shade_stages(ax, stages, labels=True)
     ax.set_xlabel("flow time t")
     ax.set_ylabel("Σ_i π_i H(a_i·) (nats)")

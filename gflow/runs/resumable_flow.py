@@ -94,14 +94,21 @@ def solve_flow_resumable(
         loss_fn,
         model,
         kwargs.get("observables"),
-        settings={"ts": ts.tolist(), "t0": t0, "t1": t1, "segments": segments,
-                  **{k: repr(v) for k, v in sorted(settings.items())}},
-    )  # fmt: skip
+        settings={
+            "ts": ts.tolist(),
+            "t0": t0,
+            "t1": t1,
+            "segments": segments,
+            **{k: repr(v) for k, v in sorted(settings.items())},
+        },
+    )
 
     def compute(k, previous):
-        start = model if previous is None else params_from_columns(
-            dict(previous), model, _FINAL
-        )  # fmt: skip
+        start = (
+            model
+            if previous is None
+            else params_from_columns(dict(previous), model, _FINAL)
+        )
         want = chunks[k]
         padded = np.concatenate([want, np.full(width - len(want), bounds[k + 1])])
         tr = solve_flow(
@@ -121,17 +128,23 @@ def solve_flow_resumable(
         verb = "read back" if resumed else "done"
         loss = columns["loss"][-1] if len(columns["loss"]) else float("nan")
         log.info(
-            "segment %d/%d %s: t = %g, loss = %.6g", k + 1, segments, verb,
-            bounds[k + 1], loss,
-        )  # fmt: skip
+            "segment %d/%d %s: t = %g, loss = %.6g",
+            k + 1,
+            segments,
+            verb,
+            bounds[k + 1],
+            loss,
+        )
 
     store = PieceStore(ckdir, "segment", fp)
     resumed_from = len([k for k in range(segments) if store.path(k).exists()]) - 1
     if resumed_from >= 0:
         log.info(
             "resuming after segment %d of %d (t = %g)",
-            resumed_from + 1, segments, bounds[resumed_from + 1],
-        )  # fmt: skip
+            resumed_from + 1,
+            segments,
+            bounds[resumed_from + 1],
+        )
 
     def window(k):  # a segment read back holds times of its own part of [t0, t1]
         return bounds[k], bounds[k + 1]

@@ -55,9 +55,14 @@ def _init(cfg: dict, key, dtype):
     if cfg.get("class") == "Transformer":
         options = ("n_layers", "n_heads", "d_ff", "value", "layernorm", "residual")
         return Transformer.init(
-            d_vocab=cfg["d_vocab"], d_model=cfg["d_model"], key=key, tau=cfg["tau"],
-            max_len=cfg["max_len"], dtype=dtype, **{k: cfg[k] for k in options},
-        )  # fmt: skip
+            d_vocab=cfg["d_vocab"],
+            d_model=cfg["d_model"],
+            key=key,
+            tau=cfg["tau"],
+            max_len=cfg["max_len"],
+            dtype=dtype,
+            **{k: cfg[k] for k in options},
+        )
     return AttentionModel.init(
         d_vocab=cfg["d_vocab"],
         d_model=cfg["d_model"],

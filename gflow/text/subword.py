@@ -104,8 +104,9 @@ class SubwordTokenizer:
         tok.normalizer = tk.normalizers.Sequence(
             [tk.normalizers.NFKC(), tk.normalizers.Replace("\n", " ")]
         )
-        split = [tk.pre_tokenizers.Metaspace(replacement=WHITESPACE,
-                                             prepend_scheme="never")]  # fmt: skip
+        split = [
+            tk.pre_tokenizers.Metaspace(replacement=WHITESPACE, prepend_scheme="never")
+        ]
         if whitespace == "isolated":
             split.append(tk.pre_tokenizers.Split(WHITESPACE, behavior="isolated"))
         tok.pre_tokenizer = tk.pre_tokenizers.Sequence(split)

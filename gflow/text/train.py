@@ -70,10 +70,18 @@ def run_minibatch(
             (``Trajectory.params``, e.g. for ``observe_snapshots``).
     """
     traj = minibatch.run_minibatch(
-        eval_loss, model, optimizer, stream, batch_loss=batch_loss, steps=steps,
-        learning_rate=learning_rate, key=key, save_every=save_every,
-        observables=observables, save_params=save_params,
-    )  # fmt: skip
+        eval_loss,
+        model,
+        optimizer,
+        stream,
+        batch_loss=batch_loss,
+        steps=steps,
+        learning_rate=learning_rate,
+        key=key,
+        save_every=save_every,
+        observables=observables,
+        save_params=save_params,
+    )
     stats = {**traj.stats, "batch": stream.batch}
     rate = "schedule" if callable(learning_rate) else learning_rate
     return dataclasses.replace(

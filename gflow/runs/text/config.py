@@ -202,8 +202,10 @@ class TextConfig(AbstractConfig):
         if self.whitespace not in WHITESPACE_MODES:
             bad("whitespace", f"must be one of {', '.join(WHITESPACE_MODES)}")
         if self.tokenizer in KINDS and not 32 <= self.vocab_size <= 100_000:
-            bad("vocab_size", f"a subword vocabulary needs 32-100000 pieces, got "
-                f"{self.vocab_size}")  # fmt: skip
+            bad(
+                "vocab_size",
+                f"a subword vocabulary needs 32-100000 pieces, got {self.vocab_size}",
+            )
         if self.tokenizer_file is not None:
             if self.tokenizer not in KINDS:
                 bad("tokenizer_file", "only for --tokenizer bpe or unigram")
@@ -212,16 +214,29 @@ class TextConfig(AbstractConfig):
         if self.method not in METHODS:
             bad("method", f"must be one of {METHODS}, got {self.method!r}")
         if self.solver not in SOLVERS:
-            bad("solver", f"unknown {self.solver!r}; choose one of "
-                f"{', '.join(SOLVERS)}")  # fmt: skip
+            bad(
+                "solver", f"unknown {self.solver!r}; choose one of {', '.join(SOLVERS)}"
+            )
         if self.model not in MODELS:
             bad("model", f"must be one of {', '.join(MODELS)}, got {self.model!r}")
-        for name in ("vocab_size", "context", "windows", "d_model", "steps",
-                     "layers", "heads"):  # fmt: skip
+        for name in (
+            "vocab_size",
+            "context",
+            "windows",
+            "d_model",
+            "steps",
+            "layers",
+            "heads",
+        ):
             if getattr(self, name) < 1:
                 bad(name, f"must be a positive integer, got {getattr(self, name)}")
-        for name in ("opt_steps", "batch", "num_queries", "sharpness_checks",
-                     "row_windows"):  # fmt: skip
+        for name in (
+            "opt_steps",
+            "batch",
+            "num_queries",
+            "sharpness_checks",
+            "row_windows",
+        ):
             if getattr(self, name) < 0:
                 bad(name, f"must be >= 0, got {getattr(self, name)}")
         for name in ("init_scale", "lr", "opt_lr", "rtol", "atol"):
@@ -233,24 +248,38 @@ class TextConfig(AbstractConfig):
             if not (value >= 0 and math.isfinite(value)):
                 bad(name, f"must be >= 0 and finite, got {value}")
         if self.optimizer not in OPTIMIZER_NAMES:
-            bad("optimizer", f"unknown {self.optimizer!r}; choose one of "
-                f"{', '.join(OPTIMIZER_NAMES)}")  # fmt: skip
+            bad(
+                "optimizer",
+                f"unknown {self.optimizer!r}; choose one of "
+                f"{', '.join(OPTIMIZER_NAMES)}",
+            )
         if self.schedule not in SCHEDULES:
-            bad("schedule", f"unknown {self.schedule!r}; choose one of "
-                f"{', '.join(SCHEDULES)}")  # fmt: skip
+            bad(
+                "schedule",
+                f"unknown {self.schedule!r}; choose one of {', '.join(SCHEDULES)}",
+            )
         if not 0 <= self.warmup < 1:
             bad("warmup", f"must lie in [0, 1), got {self.warmup}")
         if self.optimizer == "gd" and self.batch:
-            bad("optimizer", "gd runs on the fixed sample (batch 0); sgd is the same "
-                "update on fresh minibatches")  # fmt: skip
+            bad(
+                "optimizer",
+                "gd runs on the fixed sample (batch 0); sgd is the same "
+                "update on fresh minibatches",
+            )
         if self.optimizer == "sgd" and not self.batch:
-            bad("optimizer", "sgd runs on fresh minibatches: give a batch > 0 (gd is "
-                "the same update on the fixed sample)")  # fmt: skip
+            bad(
+                "optimizer",
+                "sgd runs on fresh minibatches: give a batch > 0 (gd is "
+                "the same update on the fixed sample)",
+            )
         if self.model == "transformer" and self.d_model % self.heads:
             bad("heads", f"must divide d_model = {self.d_model}, got {self.heads}")
         if self.model == "attention" and (self.layers, self.heads) != (1, 1):
-            bad("model", "the attention model has one layer and one head: layers and "
-                "heads > 1 need --model transformer")  # fmt: skip
+            bad(
+                "model",
+                "the attention model has one layer and one head: layers and "
+                "heads > 1 need --model transformer",
+            )
         if self.seeds < 1:
             bad("seeds", f"must be a positive integer, got {self.seeds}")
         if self.topk < 1:
@@ -259,8 +288,10 @@ class TextConfig(AbstractConfig):
             bad("max_chars", f"must be a positive integer, got {self.max_chars}")
         check_seed(self.seed)
         if self.seed + self.seeds > 2**32:
-            bad("seeds", f"seed + seeds - 1 = {self.seed + self.seeds - 1} must be "
-                "below 2**32")  # fmt: skip
+            bad(
+                "seeds",
+                f"seed + seeds - 1 = {self.seed + self.seeds - 1} must be below 2**32",
+            )
         if self.num_saves < 2:
             bad("num_saves", f"must be >= 2, got {self.num_saves}")
         if self.method == "flow" and not self.x64:

@@ -133,8 +133,10 @@ class TextJob(AbstractJob[TextConfig]):
             done.append(name)
             if context.main and not context.quiet:
                 how = "read back" if resumed else f"{traj.stats['wall_s']:.1f} s"
-                print(f"[{len(done)}/{total_runs}] {name} {traj.status} ({how})",
-                      flush=True)  # fmt: skip
+                print(
+                    f"[{len(done)}/{total_runs}] {name} {traj.status} ({how})",
+                    flush=True,
+                )
 
         pieces = RunPieces(directory.path, cfg, data)
         processes = context.processes

@@ -92,9 +92,11 @@ def _subword(cfg: TextConfig, text: str) -> SubwordTokenizer:
     tokenizer.json, so a run reuses its pieces), else trained on the corpus."""
     if cfg.tokenizer_file is None:
         return SubwordTokenizer.train(
-            text, kind=cfg.tokenizer, vocab_size=cfg.vocab_size,
+            text,
+            kind=cfg.tokenizer,
+            vocab_size=cfg.vocab_size,
             whitespace=cfg.whitespace,
-        )  # fmt: skip
+        )
     try:
         tok = SubwordTokenizer.from_json(Path(cfg.tokenizer_file).read_text())
     except (OSError, ValueError) as e:
@@ -122,9 +124,12 @@ def _initializer(model, layers, heads, positional, context, d, d_model, scale, x
     kwargs = dict(d_vocab=d, d_model=d_model, init_scale=scale)
     if model == "transformer":  # no values, MLP or LayerNorm: the one-layer model's
         init = functools.partial(
-            Transformer.init, n_layers=layers, n_heads=heads,
-            max_len=context if positional else None, **kwargs,
-        )  # fmt: skip
+            Transformer.init,
+            n_layers=layers,
+            n_heads=heads,
+            max_len=context if positional else None,
+            **kwargs,
+        )
     elif positional:
         init = functools.partial(
             PositionalAttentionModel.init, context_length=context, **kwargs
@@ -224,9 +229,12 @@ def run_text(
     obs = None  # a Transformer's observables are the per-head ones only
     if cfg.model == "attention":
         obs = TextObservables(
-            data.sample, list(data.queries), list(data.top), d_vocab=d,
+            data.sample,
+            list(data.queries),
+            list(data.top),
+            d_vocab=d,
             row_windows=data.row_sample,
-        )  # fmt: skip
+        )
     heads = HeadObservables(data.sample, data.top[0], list(data.queries))
     dtype = np.float64 if cfg.x64 else np.float32
     shared = {}  # built once for all seeds, so that no program is compiled twice

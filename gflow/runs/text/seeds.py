@@ -59,8 +59,7 @@ def summarise_seeds(groups: dict[str, dict[int, dict]], seeds: list[int]) -> dic
             row = dict(zip(("stage", "cycle", "layer", "head"), key))
             row["found"] = len(by_seed)
             for end in ("t_start", "t_end"):
-                times = [by_seed[s][end] if s in by_seed else None
-                         for s in seeds]  # fmt: skip
+                times = [by_seed[s][end] if s in by_seed else None for s in seeds]
                 row[end] = {
                     **_mean_sd([t for t in times if t is not None]),
                     "per_seed": times,

@@ -113,9 +113,12 @@ class TrainJob(AbstractJob[TrainRun]):
                 )
 
         resumed = run_members(
-            cfg.base, cfg.sweep, directory.path, processes=processes,
+            cfg.base,
+            cfg.sweep,
+            directory.path,
+            processes=processes,
             finished=finished,
-        )  # fmt: skip
+        )
         count = 1 if processes is None else processes.count
         if processes is not None:  # every member is on disk once this returns
             resumed = total(resumed, processes)

@@ -91,14 +91,35 @@ def prepare(cfg: TrainConfig) -> TrainData:
 def init_model(cfg: TrainConfig, d_vocab: int) -> Transformer:
     """The initial Transformer, drawn in one jitted program (compiled once per
     architecture: the key is traced, so the seeds of a sweep share it)."""
-    shape = (cfg.d_model, cfg.layers, cfg.heads, cfg.init_scale, cfg.d_ff, cfg.value,
-             cfg.layernorm, cfg.residual, cfg.max_len, cfg.x64)  # fmt: skip
+    shape = (
+        cfg.d_model,
+        cfg.layers,
+        cfg.heads,
+        cfg.init_scale,
+        cfg.d_ff,
+        cfg.value,
+        cfg.layernorm,
+        cfg.residual,
+        cfg.max_len,
+        cfg.x64,
+    )
     return _initializer(d_vocab, *shape)(jax.random.key(cfg.seed))
 
 
 @functools.lru_cache(maxsize=8)
-def _initializer(d_vocab, d_model, layers, heads, scale, d_ff, value, layernorm,
-                 residual, max_len, x64):  # fmt: skip
+def _initializer(
+    d_vocab,
+    d_model,
+    layers,
+    heads,
+    scale,
+    d_ff,
+    value,
+    layernorm,
+    residual,
+    max_len,
+    x64,
+):
     return eqx.filter_jit(
         lambda key: Transformer.init(
             d_vocab=d_vocab,
@@ -214,9 +235,11 @@ def run_train(
             progress(i, cfg.segments, resumed)
 
     pieces = run_pieces(
-        PieceStore(checkpoint_dir, "segment", fp), cfg.segments, compute,
+        PieceStore(checkpoint_dir, "segment", fp),
+        cfg.segments,
+        compute,
         finished=finished,
-    )  # fmt: skip
+    )
     last = dict(pieces[-1])
     final = params_from_columns(last, model, _FINAL)
     skip = (_FINAL, _OPT)
