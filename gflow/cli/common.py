@@ -29,6 +29,8 @@ def _writable_place(text: str, kind: str) -> Path:
     ArgumentTypeError saying why and what would do."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a {kind} path, got {text!r}")
+    import stat
+
     path = Path(text)
     if os.path.lexists(path):  # a dangling link is in the way as well
         if kind == "directory" and not path.is_dir():
@@ -36,9 +38,21 @@ def _writable_place(text: str, kind: str) -> Path:
                 f"{path} exists and is not a directory; give a new or existing "
                 "directory"
             )
-        if kind == "file" and path.is_dir():
+        mode = os.lstat(path).st_mode
+        if kind == "file" and not stat.S_ISREG(mode):
+            # the write renames a file over the path: refuse what it would replace
+            kinds = (
+                (stat.S_ISLNK, "a symbolic link"),
+                (stat.S_ISDIR, "a directory"),
+                (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISSOCK, "a socket"),
+                (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"),
+            )
+            what = next((k for is_kind, k in kinds if is_kind(mode)), "special")
             raise argparse.ArgumentTypeError(
-                f"{path} is a directory; give a file path (new or to overwrite)"
+                f"{path} is {what}, which would be replaced; give the path of a "
+                "regular file (new or to overwrite)"
             )
     parent = path.parent if not path.is_dir() else path
     while not parent.exists() and parent != parent.parent:
@@ -85,8 +99,9 @@ def run_dir_arg(text: str) -> Path:
 
 
 def out_file(text: str) -> Path:
-    """argparse type of an output file (``report --out``): not a directory, under a
-    directory that exists or can be made."""
+    """argparse type of an output file (``report --out``): a new path or a regular
+    file (not a symbolic link, FIFO, socket, device or directory, which the write
+    would replace), under a directory that exists or can be made and is writable."""
     return _writable_place(text, "file")
 
 

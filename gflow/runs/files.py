@@ -1,26 +1,91 @@
-"""Crash-safe files of a run directory: atomic writes, JSON and metric tables."""
+"""Crash-safe files of a run directory: atomic writes, JSON and metric tables.
+
+Every file a run writes goes through ``atomic_write_bytes``: a temporary file in the
+target's folder renamed into place, never over a link, FIFO, device or directory.
+"""
 
 from __future__ import annotations
 
 import csv
+import errno
 import io as _io
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from gflow.runs.config import ConfigError
+
+
+class OutputError(ConfigError, OSError):
+    """A file that cannot be written where asked, in one line naming the path.
+
+    A ``ConfigError`` (the command line prints it as one line, exit status 2) and an
+    ``OSError`` (callers that treat an unwritable place as best effort, such as the
+    program cache, still catch it).
+    """
+
+
+#: What a path holds that a write must not replace, by ``os.lstat`` mode test.
+_NOT_REGULAR = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def not_regular(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it exists and is not a regular file ("a symbolic link",
+    "a FIFO (named pipe)", "a socket", "a character device", "a block device", "a
+    directory"); None when it is a regular file or absent. Links are not followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:  # absent, or not reachable: the write itself says why
+        return None
+    return next((kind for test, kind in _NOT_REGULAR if test(mode)), None)
+
+
+def _unwritable(path: Path, e: OSError) -> OutputError:
+    why = e.strerror or type(e).__name__
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "give a path in a writable directory"
+    elif e.errno == errno.ENOSPC:
+        fix = "free some space or give a path on another disk"
+    else:
+        fix = "give another path"
+    return OutputError(f"cannot write {path}: {why}; {fix}")
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to a temporary file beside ``path`` then rename it into place.
 
     A run killed part-way leaves either the old file or none, never a half-written one.
+    A ``path`` that exists and is not a regular file (a symbolic link, FIFO, socket,
+    device or directory) is refused, not replaced, and a write the system refuses
+    (permissions, a read-only or full disk) is one line: both raise ``OutputError``
+    (a ``ConfigError``) naming the path.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    kind = not_regular(path)
+    if kind is not None:
+        raise OutputError(
+            f"{path} is {kind}; refusing to replace it: give the path of a regular "
+            "file (new or to overwrite)"
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+        )
+    except OSError as e:
+        raise _unwritable(path, e) from None
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; run files are for sharing
         with os.fdopen(fd, "wb") as f:
@@ -28,9 +93,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _unwritable(path, e) from None
         raise
 
 
