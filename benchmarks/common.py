@@ -81,7 +81,7 @@ def machine() -> dict:
 
 
 def save(name: str, record: dict) -> Path:
-    from gflow.runs.files import write_json
+    from gflow.runs import write_json
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gflow.runs.files import read_json
+from gflow.runs import read_json
 
 from .common import RESULTS
 

@@ -57,7 +57,7 @@ from gflow import (  # noqa: E402
     RMSProp,
     RMSPropCentralFlowReference,
 )
-from gflow.runs.flow_run import FlowConfig  # noqa: E402
+from gflow.runs import FlowConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "central_flows_beyond_gd"

@@ -84,7 +84,7 @@ from gflow import (
     sequence_loss,
 )
 from gflow.dynamics import Trajectory, minibatch_segment
-from gflow.runs.files import read_json, write_json
+from gflow.runs import read_json, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "data" / "tinystories" / "sample.txt"

@@ -40,7 +40,7 @@ from gflow import PopulationLoss, solve_flow  # noqa: E402
 from gflow.analysis import compare, predicted_departure, sharpness_along  # noqa: E402
 from gflow.dynamics import SGD, Adam, Momentum, run_sweep  # noqa: E402
 from gflow.dynamics.references import FlowReference  # noqa: E402
-from gflow.runs.flow_run import FlowConfig  # noqa: E402
+from gflow.runs import FlowConfig  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,7 +40,7 @@ import optax  # noqa: E402
 from gflow import MarkovObservables, PopulationLoss, solve_flow  # noqa: E402
 from gflow.dynamics import run_sweep  # noqa: E402
 from gflow.dynamics.references import evaluate_along  # noqa: E402
-from gflow.runs.flow_run import FlowConfig  # noqa: E402
+from gflow.runs import FlowConfig  # noqa: E402
 
 STAGES = ("condensation", "focus", "dilution", "asymmetry")
 COLLAPSE_ENTROPY = 0.05

@@ -55,9 +55,14 @@ import numpy as np  # noqa: E402
 
 from experiments import _docs  # noqa: E402
 from gflow.analysis import StageDetector, detect_stages  # noqa: E402
-from gflow.runs.files import read_json, write_json  # noqa
-from gflow.runs.flow_run import FlowConfig, run_flow  # noqa: E402
-from gflow.runs.trajectory_files import load_trajectory, save_trajectory  # noqa
+from gflow.runs import (  # noqa: E402
+    FlowConfig,
+    load_trajectory,
+    read_json,
+    run_flow,
+    save_trajectory,
+    write_json,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path("experiments/results/markov_cycle")

@@ -34,9 +34,14 @@ import numpy as np  # noqa: E402
 
 import gflow.plotting as paper  # noqa: E402
 from gflow.analysis import StageDetector, detect_stages  # noqa: E402
-from gflow.runs.files import read_json, write_json  # noqa: E402
-from gflow.runs.flow_run import FlowConfig, run_flow  # noqa: E402
-from gflow.runs.trajectory_files import load_trajectory, save_trajectory  # noqa: E402
+from gflow.runs import (  # noqa: E402
+    FlowConfig,
+    load_trajectory,
+    read_json,
+    run_flow,
+    save_trajectory,
+    write_json,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "markov_cycles_long"

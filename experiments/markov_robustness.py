@@ -77,7 +77,7 @@ from gflow.analysis import StageObservables, detect_stages  # noqa: E402
 from gflow.dynamics import solve_flow  # noqa: E402
 from gflow.dynamics.solvers import StiffSwitch  # noqa: E402
 from gflow.problems import AttentionModel, MarkovChain, PopulationLoss  # noqa: E402
-from gflow.runs.files import read_json, write_json  # noqa: E402
+from gflow.runs import read_json, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "markov_robustness"

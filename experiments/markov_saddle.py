@@ -60,8 +60,7 @@ from gflow.analysis import (  # noqa: E402
 )
 from gflow.dynamics import solve_flow  # noqa: E402
 from gflow.problems import AttentionModel, PopulationLoss  # noqa: E402
-from gflow.runs.files import write_json  # noqa: E402
-from gflow.runs.flow_run import FlowConfig, run_flow  # noqa: E402
+from gflow.runs import FlowConfig, run_flow, write_json  # noqa: E402
 
 OUT = Path("experiments/results/markov_saddle")
 DOC = Path("docs/markov_saddle.md")

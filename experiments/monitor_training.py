@@ -94,7 +94,7 @@ import optax
 
 from experiments import _docs
 from gflow import AdamW, Monitor, detect_head_stages, sequence_loss
-from gflow.runs.files import read_json, write_json
+from gflow.runs import read_json, write_json
 from gflow.runs.train import TrainConfig, init_model, prepare
 from gflow.text import TOKENIZERS, fixed_sample, load_corpus
 

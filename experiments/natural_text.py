@@ -119,9 +119,13 @@ QUICK = Settings(
 def run_dir(cfg, out: Path) -> Path:
     """Run (or resume) one ``gflow text`` configuration into ``out``."""
     from gflow.plotting import plot_attention_rows, plot_text_summary
-    from gflow.runs.text import write_text_run, write_text_start
-    from gflow.runs.text import RunPieces
-    from gflow.runs.text import prepare, run_text
+    from gflow.runs.text import (
+        RunPieces,
+        prepare,
+        run_text,
+        write_text_run,
+        write_text_start,
+    )
 
     if (out / "tokenizer.json").exists():  # resume with the run's own pieces
         cfg = dataclasses.replace(cfg, tokenizer_file=str(out / "tokenizer.json"))
@@ -210,7 +214,7 @@ def summarise(corpus: str, root: Path = OUT) -> dict:
     """Per row and arm: each seed's moves, how much of the paper's sequence they
     show, the times of the first seed's moves over the seeds that share them; the
     flow proxy's validity; its check against the flow; the stages over seeds."""
-    from gflow.runs.files import read_json
+    from gflow.runs import read_json
 
     out = root / corpus
     cfg = read_json(out / "config.json")["config"]
@@ -280,7 +284,7 @@ def flow_check(out: Path, flow: Path, name: str) -> dict:
     """Seed 0's flow proxy against seed 0's gradient flow, both read up to the
     flow's end with the same rules: how many rows make the same moves, the largest
     difference of their start times, the flow's own moves and its cost."""
-    from gflow.runs.files import read_json
+    from gflow.runs import read_json
     from gflow.text import row_phases
 
     tokens = [r["token"] for r in read_json(out / "vocab.json")]

@@ -33,7 +33,7 @@ from gflow import PopulationLoss  # noqa: E402
 from gflow.analysis import compare_sweep  # noqa: E402
 from gflow.dynamics import run_sweep  # noqa: E402
 from gflow.dynamics.references import AdamODEReference, MomentumODEReference  # noqa: E402
-from gflow.runs.flow_run import FlowConfig  # noqa: E402
+from gflow.runs import FlowConfig  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,7 +66,7 @@ from gflow.analysis import departure_time  # noqa: E402
 from gflow.dynamics import optimizer_named, run_sweep  # noqa: E402
 from gflow.dynamics.references import at_times, evaluate_along, union_times  # noqa: E402
 from gflow.dynamics.solvers import StiffSwitch  # noqa: E402
-from gflow.runs.flow_run import FlowConfig  # noqa: E402
+from gflow.runs import FlowConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "optimizers_across_cycles"

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from gflow.analysis import max_eigenvalue
-from gflow.cli.main import main
+from gflow.cli import main
 from gflow.problems import PopulationLoss
-from gflow.runs.load import load_run
-from gflow.runs.sweep_run import SweepConfig
+from gflow.runs import SweepConfig, load_run
 
 
 @pytest.mark.slow

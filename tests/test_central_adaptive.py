@@ -233,7 +233,7 @@ def test_each_optimizer_has_its_own_central_flow():
 
 
 def test_sweep_config_takes_each_optimizers_central_flow():
-    from gflow.runs.sweep_run import SweepConfig, reference_of
+    from gflow.runs import SweepConfig, reference_of
 
     cfg = SweepConfig(optimizer="rmsprop", reference="central", beta=0.8)
     assert reference_of(cfg) == RMSPropCentralFlowReference(beta=0.8)
@@ -248,7 +248,7 @@ def test_sweep_config_takes_each_optimizers_central_flow():
 def test_a_run_that_starts_past_its_edge_is_refused_before_it_runs():
     # from the default init (scale 1e-3) RMSProp with ε = 1e-8 divides gradients of
     # ~1e-4 by their own size: η λ_max(S) is far above 2 at the first step
-    from gflow.runs.sweep_run import SweepConfig, check_reference
+    from gflow.runs import SweepConfig, check_reference
 
     cfg = SweepConfig(optimizer="rmsprop", reference="central", lrs=(0.05,))
     with pytest.raises(ValueError, match="starts past its edge"):
@@ -258,7 +258,7 @@ def test_a_run_that_starts_past_its_edge_is_refused_before_it_runs():
 
 
 def test_eps_enters_rmsprop_sweeps_only():
-    from gflow.runs.sweep_run import SweepConfig
+    from gflow.runs import SweepConfig
 
     base = SweepConfig(optimizer="rmsprop")
     assert dataclasses.replace(base, eps=1e-2).fingerprint() != base.fingerprint()
@@ -269,7 +269,7 @@ def test_eps_enters_rmsprop_sweeps_only():
 
 @pytest.mark.slow
 def test_compare_cli_with_rmsprops_central_flow(tmp_path, capsys):
-    from gflow.cli.main import main
+    from gflow.cli import main
 
     argv = ["compare", "--optimizer", "rmsprop", "--lr", "0.2", "--t1", "20"]
     argv += ["--num-saves", "11", "--reference", "central"]
@@ -287,7 +287,7 @@ def test_compare_cli_with_rmsprops_central_flow(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_sweep_cli_with_rmsprops_central_flow(tmp_path):
-    from gflow.cli.main import main
+    from gflow.cli import main
 
     out = tmp_path / "sweep"
     argv = ["sweep", "--optimizer", "rmsprop", "--eps", "0.01", "--lrs", "0.2,0.1"]

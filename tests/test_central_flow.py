@@ -175,7 +175,7 @@ def test_settings_are_checked():
 
 @pytest.mark.slow
 def test_compare_cli_writes_the_central_comparison(tmp_path, capsys):
-    from gflow.cli.main import main
+    from gflow.cli import main
 
     out = tmp_path / "cmp"
     argv = ["compare", "--lr", "1", "--t1", "3", "--num-saves", "4"]
@@ -193,7 +193,7 @@ def test_compare_cli_writes_the_central_comparison(tmp_path, capsys):
 
 
 def test_sweep_config_takes_the_central_reference_of_its_optimizer():
-    from gflow.runs.sweep_run import REFERENCES, SweepConfig, reference_of
+    from gflow.runs import REFERENCES, SweepConfig, reference_of
 
     assert REFERENCES["central"] is CentralFlowReference
     assert reference_of(SweepConfig(reference="central")) == CentralFlowReference()
@@ -203,7 +203,7 @@ def test_sweep_config_takes_the_central_reference_of_its_optimizer():
 
 @pytest.mark.slow
 def test_sweep_cli_gives_distances_to_both_flows(tmp_path):
-    from gflow.cli.main import main
+    from gflow.cli import main
 
     out = tmp_path / "sweep"
     argv = ["sweep", "--lrs", "1,0.5", "--t1", "4", "--num-saves", "5"]

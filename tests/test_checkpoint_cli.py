@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gflow import load_run
-from gflow.cli.main import main
+from gflow.cli import main
 
 # tiny runs: the refusals come before any compilation, the runs compile once
 FLOW = (

@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from gflow.cli.main import main
-from gflow.runs.load import load_run
+from gflow.cli import main
+from gflow.runs import load_run
 
 
 @pytest.mark.slow

@@ -27,15 +27,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gflow.cli import common
-from gflow.cli.main import build_parser, main
-from gflow.cli.processes import coordinator_address
+from gflow.cli import (
+    build_parser,
+    coordinator_address,
+    floats,
+    main,
+    out_dir,
+    out_file,
+    run_dir_arg,
+)
 from gflow.dynamics import OPTIMIZERS
-from gflow.runs.flow_run import FlowConfig
-from gflow.runs.names import SOLVERS
-from gflow.runs.names import SCHEDULES
-from gflow.runs.sweep_run import SweepConfig
-from gflow.runs.names import METHODS
+from gflow.runs import METHODS, SCHEDULES, SOLVERS, FlowConfig, SweepConfig
 from gflow.runs.text import MODELS, OPTIMIZER_NAMES, TOKENIZER_NAMES, TextConfig
 from gflow.runs.train import TrainConfig
 from gflow.text import SCHEDULES as TEXT_SCHEDULES
@@ -134,7 +136,7 @@ VALID = {
     ("train", "--processes"): lambda n: n == 1,
     ("text", "--processes"): lambda n: n == 1,
 }
-DEFAULT_VALID = {float: _positive, int: lambda n: n >= 1, common.floats: None}
+DEFAULT_VALID = {float: _positive, int: lambda n: n >= 1, floats: None}
 
 # Options that take a name from a fixed set (checked by gflow, not by argparse choices)
 NAMES = {
@@ -264,24 +266,24 @@ def _strategy(command, action, ws):
             _TEXT, st.sampled_from([c.upper() for c in action.choices] + ["", " "])
         ).filter(lambda v: v not in action.choices)
         values = bad.map(tail)
-    elif kind in (int, float, common.floats):
+    elif kind in (int, float, floats):
         valid = _valid(command, action.option_strings, kind)
-        drawn = _list_strings() if kind is common.floats else _scalar_strings()
+        drawn = _list_strings() if kind is floats else _scalar_strings()
 
         def malformed(text):
             value = _converts(kind, text)
             return value is None or not valid(value)
 
         values = drawn.filter(malformed).map(tail)
-    elif kind is common.out_dir:
+    elif kind is out_dir:
         values = st.sampled_from(
             [str(ws / "file"), str(ws / "file" / "sub"), "", "  "]
         ).map(tail)
-    elif kind is common.out_file:
+    elif kind is out_file:
         values = st.sampled_from(
             [str(ws / "emptydir"), str(ws / "file" / "sub.html"), ""]
         ).map(tail)
-    elif kind is common.run_dir_arg:
+    elif kind is run_dir_arg:
         values = st.sampled_from(
             [str(ws / "nope"), str(ws / "file"), "", str(ws / "emptydir"),
              str(ws / "badjson"), str(ws / "notobject")]

@@ -20,14 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import gflow.runs.flow_run
 from gflow import PopulationLoss, parameter_distance
-from gflow.cli.errors import UsageError
-from gflow.cli.main import build_parser, main
-from gflow.runs.flow_run import FlowConfig
-from gflow.runs.load import load_run
+from gflow.cli import UsageError, build_parser, main
+from gflow.runs import FlowConfig, load_run, load_trajectory, solve_flow_resumable
 from gflow.runs.text import TextConfig, init_model, prepare
-from gflow.runs.trajectory_files import load_trajectory
 from gflow.text import TOKENIZERS, text_loss
 
 
@@ -52,13 +48,13 @@ def test_flow_options(tmp_path, monkeypatch):
     """--seed --d-model --tau --rtol --atol --unfactorised --residual --float32
     --max-steps in one run (one compilation), and report --out on its directory."""
     calls = []
-    solve = gflow.runs.flow_run.solve_flow_resumable
+    solve = solve_flow_resumable
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return solve(*args, **kwargs)
 
-    monkeypatch.setattr(gflow.runs.flow_run, "solve_flow_resumable", spy)
+    monkeypatch.setattr("gflow.runs.flow_run.solve_flow_resumable", spy)
     out = tmp_path / "run"
     argv = ["--quiet", "flow", "--t1", "2", "--num-saves", "3", "--segments", "1",
             "--init-scale", "0.3", "--seed", "1", "--d-model", "8", "--tau", "0.5",

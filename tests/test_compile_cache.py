@@ -18,8 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from gflow.cli import compile_cache
-from gflow.cli.main import build_parser
+from gflow.cli import build_parser, cache_dir, configure
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["flow", "--t1", "1", "--num-saves", "2", "--segments", "1", "--no-params",
@@ -38,7 +37,7 @@ TINY = ["flow", "--t1", "1", "--num-saves", "2", "--segments", "1", "--no-params
     ],
 )
 def test_the_folder_is_per_user_and_host_unless_chosen_or_off(environ, expected):
-    folder = compile_cache.cache_dir(environ)
+    folder = cache_dir(environ)
     if expected is None:
         assert folder is None
     else:
@@ -47,7 +46,7 @@ def test_the_folder_is_per_user_and_host_unless_chosen_or_off(environ, expected)
 
 def test_the_default_folder_without_xdg_is_under_home(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
-    folder = compile_cache.cache_dir({})
+    folder = cache_dir({})
     assert folder == tmp_path / ".cache" / "gflow" / f"jax-{socket.gethostname()}"
 
 
@@ -68,7 +67,7 @@ def test_configure_turns_the_cache_on_in_the_chosen_folder(
     recorded, monkeypatch, tmp_path
 ):
     monkeypatch.setenv("GFLOW_COMPILE_CACHE", str(tmp_path / "c"))
-    assert compile_cache.configure() == tmp_path / "c"
+    assert configure() == tmp_path / "c"
     assert recorded == {
         "jax_compilation_cache_dir": str(tmp_path / "c"),
         "jax_persistent_cache_min_compile_time_secs": 0.0,
@@ -81,17 +80,17 @@ def test_configure_turns_the_cache_on_in_the_chosen_folder(
 def test_configure_keeps_the_users_equinox_setting(recorded, monkeypatch, tmp_path):
     monkeypatch.setenv("GFLOW_COMPILE_CACHE", str(tmp_path))
     monkeypatch.setenv("EQX_ON_ERROR", "raise")
-    compile_cache.configure()
+    configure()
     assert equinox._errors.EQX_ON_ERROR == "raise"
     assert os.environ["EQX_ON_ERROR"] == "raise"
 
 
 def test_the_option_and_the_variable_turn_it_off(recorded, monkeypatch, tmp_path):
     monkeypatch.setenv("GFLOW_COMPILE_CACHE", str(tmp_path))
-    assert compile_cache.configure(no_cache=True) is None
+    assert configure(no_cache=True) is None
     assert os.environ["GFLOW_COMPILE_CACHE"] == "0"  # for the processes it starts
     monkeypatch.setenv("GFLOW_COMPILE_CACHE", "0")
-    assert compile_cache.configure() is None
+    assert configure() is None
     assert recorded == {}  # JAX untouched: no cache
     assert equinox._errors.EQX_ON_ERROR == "raise" and "EQX_ON_ERROR" not in os.environ
 

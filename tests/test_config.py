@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gflow.cli.common import load_config_file
-from gflow.cli.errors import UsageError
-from gflow.runs.flow_run import SOLVERS, FlowConfig
+from gflow.cli import UsageError, load_config_file
+from gflow.runs import SOLVERS, FlowConfig
 
 FIELDS = {f.name for f in dataclasses.fields(FlowConfig)}
 anyfloat = st.floats(allow_nan=True, allow_infinity=True)

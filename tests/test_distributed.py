@@ -13,11 +13,8 @@ import numpy as np
 import optax
 import pytest
 
-import gflow.runs.resumable_sweep as resumable
-from gflow.cli.launch import free_port
-from gflow.cli.main import build_parser, main
-from gflow.runs.distributed import Processes, assign
-from gflow.runs.resumable_sweep import chunk_path, run_sweep_resumable
+from gflow.cli import build_parser, free_port, main
+from gflow.runs import Processes, assign, chunk_path, run_sweep_resumable
 
 LRS = [0.2, 0.1, 0.05, 0.04, 0.02]
 
@@ -63,7 +60,9 @@ def test_two_processes_split_the_chunks_and_process_0_gathers_them(
     one = run_sweep_resumable(
         loss, model, opt, LRS, checkpoint_dir=tmp_path / "a", **kw
     )
-    monkeypatch.setattr(resumable, "total", lambda count, processes: count)
+    monkeypatch.setattr(
+        "gflow.runs.resumable_sweep.total", lambda count, processes: count
+    )
     shared = tmp_path / "b"
     # costs t1 / min η: chunk 0 = 10, 1 = 25, 2 = 50 steps -> process 0 runs chunk 2
     assert assign([10, 25, 50], 2) == [1, 1, 0]
@@ -83,7 +82,9 @@ def test_two_processes_split_the_chunks_and_process_0_gathers_them(
 
 def test_process_0_names_a_chunk_it_cannot_see(sgd_setup, tmp_path, monkeypatch):
     loss, model, opt = sgd_setup
-    monkeypatch.setattr(resumable, "total", lambda count, processes: count)
+    monkeypatch.setattr(
+        "gflow.runs.resumable_sweep.total", lambda count, processes: count
+    )
     with pytest.raises(FileNotFoundError, match="chunk 0, run by process 1.*shares"):
         run_sweep_resumable(
             loss, model, opt, LRS, t1=1.0, num_saves=5, fingerprint="cfg", chunk=2,
@@ -94,9 +95,7 @@ def test_process_0_names_a_chunk_it_cannot_see(sgd_setup, tmp_path, monkeypatch)
 def test_workers_start_from_the_configuration_on_disk(tmp_path):
     """--processes writes config.json first; each worker reads the configuration
     back from it, exactly (floats that only repr keeps included)."""
-    from gflow.runs import RunDirectory
-    from gflow.runs.flow_run import FlowConfig
-    from gflow.runs.sweep_run import SweepConfig
+    from gflow.runs import FlowConfig, RunDirectory, SweepConfig
 
     flow = FlowConfig(init_scale=0.1 + 0.2, seed=7)  # a float that repr must keep
     for cfg in (
@@ -111,8 +110,8 @@ def test_workers_start_from_the_configuration_on_disk(tmp_path):
 
 
 def test_the_chunk_shrinks_so_that_every_process_has_one():
-    from gflow.cli.options import resolve
-    from gflow.runs.sweep_run import SweepJob
+    from gflow.cli import resolve
+    from gflow.runs import SweepJob
 
     job = SweepJob()
 
@@ -167,7 +166,7 @@ def test_process_options_refuse_bad_values_in_one_line(tmp_path, capsys, tail, w
 
 
 def test_a_resumed_run_keeps_its_chunks(tmp_path, capsys):
-    from gflow.runs.sweep_run import SweepConfig, write_sweep_config
+    from gflow.runs import SweepConfig, write_sweep_config
 
     write_sweep_config(tmp_path, SweepConfig())  # 4 step sizes in one chunk of 4
     assert main(["sweep", "--resume", str(tmp_path), "--processes", "2"]) == 2

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from gflow import load_run, write_report
-from gflow.cli.main import build_parser, main
-from gflow.runs.distributed import deal
+from gflow.cli import main
+from gflow.runs import deal
 from gflow.runs.train import TrainConfig, TrainSweep, gather
 
 SMALL = ["--steps", "8", "--num-saves", "5", "--segments", "2", "--seq-len", "6",

@@ -4,8 +4,7 @@ import optax
 import pytest
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss, run_optimizer
-from gflow.runs.files import atomic_write_bytes
-from gflow.runs.trajectory_files import load_trajectory, save_trajectory
+from gflow.runs import atomic_write_bytes, load_trajectory, save_trajectory
 
 
 def test_atomic_write_leaves_no_temporary_files(tmp_path):

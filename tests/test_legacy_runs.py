@@ -101,7 +101,7 @@ def test_float64_run_loads_in_a_fresh_process_without_x64(legacy):
 
 
 def test_resuming_a_legacy_flow_checkpoint_is_a_clear_error(legacy, capsys):
-    from gflow.cli.main import main
+    from gflow.cli import main
 
     assert main(["flow", "--resume", str(legacy / "flow")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -9,7 +9,7 @@ import pytest
 from gflow import plotting
 from gflow.analysis import Stage, detect_stages
 from gflow.dynamics import Trajectory
-from gflow.runs.flow_run import FlowConfig, run_flow
+from gflow.runs import FlowConfig, run_flow
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

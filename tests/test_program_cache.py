@@ -15,7 +15,7 @@ import pytest
 
 import gflow
 from gflow.problems import PopulationLoss
-from gflow.runs.program_cache import describe
+from gflow.runs import describe
 
 TSIT5 = diffrax.Tsit5()  # a smaller program than the default's: quicker to export
 

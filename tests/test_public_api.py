@@ -329,7 +329,7 @@ def test_text_figures_are_drawn_from_the_saved_files(tmp_path):
     (written here by hand): a PNG each, under the names ``gflow text`` uses, and no
     figure left open."""
     from gflow.plotting import plot_attention_rows, plot_text_summary, plt
-    from gflow.runs.files import write_json
+    from gflow.runs import write_json
 
     n, d = 4, 3
     write_json(tmp_path / "vocab.json", [{"token": s} for s in ("a", "b", "c")])
@@ -364,3 +364,172 @@ def test_monitor_figure_of_a_short_monitored_run(tmp_path):
     out = plot_monitor(tmp_path / "mon")
     assert out == tmp_path / "mon" / "monitor.png"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- gflow.runs, gflow.runs.text and gflow.runs.train -------------------------------
+
+
+def test_json_files_round_trip_and_a_torn_last_line_is_dropped(tmp_path):
+    from gflow.runs import complete_lines, read_json, read_jsonl, write_json
+
+    write_json(tmp_path / "a.json", {"x": [1, 2.5], "s": "é"})
+    assert read_json(tmp_path / "a.json") == {"x": [1, 2.5], "s": "é"}
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 0}\n{"step": 1}\n{"st')  # killed mid-write
+    assert complete_lines(log) == ['{"step": 0}', '{"step": 1}']
+    assert read_jsonl(log) == [{"step": 0}, {"step": 1}]
+
+
+def test_environment_records_versions_and_this_machine():
+    import platform
+
+    from gflow.runs import environment
+
+    env = environment()
+    assert env["python"] == platform.python_version()
+    assert env["devices"] == [str(d) for d in jax.devices()]
+    assert env["versions"]["jax"] == jax.__version__
+    assert env["x64"] == bool(jax.config.jax_enable_x64)
+
+
+def test_a_name_table_checks_and_builds_by_name():
+    from gflow.runs import NAMES, SOLVERS, ConfigError, NameTable
+
+    table = NameTable("shape", {"square": lambda s: s * s, "label": None})
+    assert list(table) == ["square", "label"] and len(table) == 2
+    assert table.build("square", 3) == 9
+    with pytest.raises(ConfigError, match="field: unknown shape 'circle'; choose "):
+        table.check("field", "circle")
+    with pytest.raises(TypeError, match="a name only"):
+        table.build("label")
+    assert NAMES["solver"] is SOLVERS
+
+
+def test_a_config_made_of_settings_has_their_options_and_reads_its_json():
+    from gflow.runs import AbstractConfig, ConfigError, Option, setting
+
+    @dataclasses.dataclass(frozen=True)
+    class Toy(AbstractConfig):
+        rate: float = setting(0.5, "a rate")
+        sizes: tuple[int, ...] = setting((1, 2), "sizes")
+        hidden: str = setting("x")  # no help: not an option
+
+        def check(self):
+            if self.rate <= 0:
+                raise ConfigError(f"rate: must be > 0, got {self.rate}")
+
+    opts = Toy.options()
+    assert all(isinstance(o, Option) for o in opts)
+    assert [(o.path, o.flag, o.default) for o in opts] == [
+        ("rate", "--rate", 0.5),
+        ("sizes", "--sizes", (1, 2)),
+    ]
+    assert opts[1].parse("3,4") == (3, 4)
+    back = Toy.from_json({"rate": 0.25, "sizes": [5]})
+    assert back == Toy(rate=0.25, sizes=(5,))
+    assert Toy.from_json(back.to_json()) == back
+    with pytest.raises(ConfigError, match="rate: must be > 0"):
+        Toy.from_json({"rate": -1.0})
+    with pytest.raises(ConfigError, match="unknown settings nope"):
+        Toy.from_json({"nope": 1})
+
+
+def test_a_job_splits_into_its_units_and_runs_in_its_context(tmp_path):
+    from gflow.runs import (
+        AbstractConfig,
+        AbstractJob,
+        ConfigError,
+        Context,
+        RunDirectory,
+        Units,
+        setting,
+    )
+    from gflow.runs.train import TrainJob, TrainRun
+
+    @dataclasses.dataclass(frozen=True)
+    class N(AbstractConfig):
+        n: int = setting(3, "units")
+
+    class Count(AbstractJob):
+        command, config_type, help, description, splits = "count", N, "", "", True
+
+        def units(self, cfg):
+            return Units(cfg.n, "--n")
+
+        def plan(self, cfg):
+            return cfg
+
+        def run(self, plan, directory, context):
+            return plan
+
+        def write(self, result, directory):
+            pass
+
+        def summary(self, result):
+            return f"{result.n} units"
+
+    job = Count()
+    job.check_processes(N(), 3, "--processes", resumed=False)  # one unit each
+    with pytest.raises(ConfigError, match="2 process.*--n"):
+        job.check_processes(N(), 5, "--processes", resumed=False)
+    result = job.run(job.plan(N(n=4)), RunDirectory(tmp_path), Context())
+    assert job.summary(result) == "4 units"
+    assert Context().main and job.succeeded(result) and job.config_extras(N()) == {}
+    assert TrainJob.command == "train" and TrainJob.config_type is TrainRun
+
+
+def _seed_stages(t0):
+    return {"available": True, "stages": [{"stage": "copy", "t_start": t0,
+            "t_end": t0 + 1.0}]}  # fmt: skip
+
+
+def test_stage_times_over_seeds_are_summarised_and_tabled():
+    from gflow.runs.text import stages_table, summarise_seeds
+
+    groups = {"gd": {0: _seed_stages(1.0), 1: _seed_stages(3.0), 2: {"why": "nan"}}}
+    out = summarise_seeds(groups, [0, 1, 2])
+    (row,) = out["runs"]["gd"]["stages"]
+    assert row["found"] == 2
+    assert row["t_start"]["per_seed"] == [1.0, 3.0, None]
+    assert row["t_start"]["mean"] == pytest.approx(2.0)
+    assert row["t_end"]["mean"] == pytest.approx(3.0)
+    assert out["runs"]["gd"]["unavailable"] == {"2": "nan"}
+    table = stages_table(out)
+    assert table.splitlines()[0].startswith("stage times over 3 seeds")
+    assert "2/3" in table and "2 ± " in table
+
+
+def test_train_data_of_a_markov_run_has_the_held_out_sequences():
+    from gflow.runs.train import TrainConfig, TrainData, prepare
+
+    cfg = TrainConfig(eval_batch=4, seq_len=8)
+    data = prepare(cfg)
+    assert isinstance(data, TrainData)
+    assert data.eval_tokens.shape == (4, 9)
+    assert 0 <= data.eval_tokens.min() and data.eval_tokens.max() < data.d_vocab
+
+
+@pytest.mark.slow  # one GD run's compilation
+def test_a_text_run_by_hand_writes_the_files_gflow_text_writes(tmp_path):
+    from gflow.runs import load_run
+    from gflow.runs.text import (
+        TextConfig,
+        prepare,
+        run_text,
+        write_text_run,
+        write_text_start,
+    )
+    from tests.test_text_cli import _story
+
+    corpus = _story(tmp_path / "story.txt")
+    cfg = TextConfig(corpus=str(corpus), vocab_size=12, context=4, windows=16,
+                     d_model=4, steps=4, opt_steps=0)  # fmt: skip
+    data = prepare(cfg)
+    out = write_text_start(tmp_path / "run", cfg, data)
+    assert (out / "config.json").exists() and (out / "vocab.json").exists()
+    runs = run_text(cfg, data)
+    assert list(runs) == list(cfg.run_names(cfg.seed))
+    write_text_run(out, cfg, data, runs)
+    back = load_run(out)
+    for name, traj in runs.items():
+        np.testing.assert_allclose(back[name].metrics["loss"], traj.metrics["loss"])

@@ -9,10 +9,9 @@ import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
 import pytest
 
-from gflow.cli.main import main
+from gflow.cli import main
 from gflow.plotting import save_figure
-from gflow.runs.files import write_json
-from gflow.runs.report import render_report
+from gflow.runs import render_report, write_json
 
 
 class _Images(HTMLParser):

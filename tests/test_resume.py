@@ -4,7 +4,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import gflow.runs.resumable_flow as resume
 from gflow import (
     AttentionModel,
     MarkovChain,
@@ -12,7 +11,7 @@ from gflow import (
     PopulationLoss,
     solve_flow,
 )
-from gflow.runs.resumable_flow import solve_flow_resumable
+from gflow.runs import solve_flow_resumable
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +64,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(setup, tmp_path, monkeypat
 
     # interrupt the run in its second segment, as a SIGTERM would
     ck = tmp_path / "b"
-    real = resume.solve_flow
+    real = solve_flow
     calls = []
 
     def interrupted(*args, **kwargs):
@@ -74,10 +73,10 @@ def test_interrupted_and_resumed_equals_uninterrupted(setup, tmp_path, monkeypat
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(resume, "solve_flow", interrupted)
+    monkeypatch.setattr("gflow.runs.resumable_flow.solve_flow", interrupted)
     with pytest.raises(KeyboardInterrupt):
         solve_flow_resumable(loss, model, checkpoint_dir=ck, **kw)
-    monkeypatch.setattr(resume, "solve_flow", real)
+    monkeypatch.setattr("gflow.runs.resumable_flow.solve_flow", real)
     assert (ck / "segment-000.npz").exists()
     assert not (ck / "segment-001.npz").exists()
     again = solve_flow_resumable(loss, model, checkpoint_dir=ck, **kw)
@@ -155,7 +154,7 @@ def test_a_failed_segment_is_checkpointed_and_not_recomputed(tmp_path, monkeypat
     def fail(*args, **kwargs):
         raise AssertionError("a checkpointed segment was solved again")
 
-    monkeypatch.setattr(resume, "solve_flow", fail)
+    monkeypatch.setattr("gflow.runs.resumable_flow.solve_flow", fail)
     again = solve_flow_resumable(_Cubic(), model, checkpoint_dir=tmp_path, **kw)
     assert again.status == first.status
     np.testing.assert_array_equal(again.t, first.t)

@@ -7,10 +7,8 @@ import json
 import pytest
 
 from gflow import load_run
-from gflow.cli.main import main
-from gflow.runs import ConfigError, Run, RunDirectory
-from gflow.runs.flow_run import FlowConfig
-from gflow.runs.sweep_run import SweepConfig
+from gflow.cli import main
+from gflow.runs import ConfigError, FlowConfig, Run, RunDirectory, SweepConfig
 
 TINY = ["--quiet", "flow", "--t1", "1", "--num-saves", "3", "--segments", "2",
         "--d-model", "4", "--no-figures"]  # fmt: skip

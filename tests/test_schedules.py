@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from gflow.dynamics import warmup_cosine
-from gflow.runs.names import SCHEDULES
+from gflow.runs import SCHEDULES
 from gflow.runs.train import TrainConfig
 
 

@@ -27,7 +27,7 @@ from gflow.dynamics.solvers import (
     stages_needed,
     tsit5_step,
 )
-from gflow.runs.flow_run import SOLVERS, FlowConfig
+from gflow.runs import SOLVERS, FlowConfig
 
 LAMBDAS = jnp.geomspace(0.01, 1e4, 40)  # a wide real spectrum
 

@@ -521,7 +521,7 @@ def test_gflow_flow_to_t10000_writes_a_complete_second_cycle(tmp_path):
     """Issue 13's done-when: ``gflow flow --t1 10000`` (default solver and grid)
     writes cycle 2's three stages into stages.json, at the fixture's times; and the
     paper's figures."""
-    from gflow.cli.main import main
+    from gflow.cli import main
 
     out = tmp_path / "run"
     assert main(["--quiet", "flow", "--t1", "10000", "--out", str(out)]) == 0

@@ -2,9 +2,8 @@ import numpy as np
 import optax
 import pytest
 
-import gflow.runs.resumable_sweep as ck
 from gflow.dynamics import run_sweep
-from gflow.runs.resumable_sweep import chunk_path, run_sweep_resumable
+from gflow.runs import chunk_path, run_sweep_resumable
 
 LRS = [0.2, 0.1, 0.05, 0.04, 0.02]
 
@@ -53,7 +52,7 @@ def test_interrupted_sweep_resumes_without_recomputing(
         loss, model, opt, LRS, checkpoint_dir=tmp_path / "a", **kw
     )
 
-    real, calls, kill = ck.run_sweep, [], [True]
+    real, calls, kill = run_sweep, [], [True]
 
     def counted(*args, **kwargs):
         calls.append(args[3].tolist())
@@ -61,7 +60,7 @@ def test_interrupted_sweep_resumes_without_recomputing(
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ck, "run_sweep", counted)
+    monkeypatch.setattr("gflow.runs.resumable_sweep.run_sweep", counted)
     with pytest.raises(KeyboardInterrupt):
         run_sweep_resumable(loss, model, opt, LRS, checkpoint_dir=tmp_path / "b", **kw)
     assert chunk_path(tmp_path / "b", 0).exists()
@@ -94,8 +93,8 @@ def test_sweep_config_round_trips_through_json_and_resume_errors(tmp_path, capsy
     import dataclasses
     import json
 
-    from gflow.cli.main import main
-    from gflow.runs.sweep_run import SweepConfig
+    from gflow.cli import main
+    from gflow.runs import SweepConfig
 
     cfg = SweepConfig(optimizer="momentum", lrs=(0.3, 0.1), chunk=3, beta=0.5)
     back = SweepConfig.from_dict(json.loads(json.dumps(dataclasses.asdict(cfg))))
@@ -114,9 +113,7 @@ def test_sweep_config_round_trips_through_json_and_resume_errors(tmp_path, capsy
 
 def test_load_run_gives_a_sweep_back(sgd_setup, tmp_path):
     from gflow import load_run
-    from gflow.runs.files import write_json
-    from gflow.runs.flow_run import FlowConfig
-    from gflow.runs.sweep_run import SweepConfig, write_sweep_config
+    from gflow.runs import FlowConfig, SweepConfig, write_json, write_sweep_config
 
     # the configuration of sgd_setup's chain and model, so nothing recompiles
     flow = FlowConfig(pi=(0.6, 0.3, 0.1), lam=0.5, d_model=3, init_scale=0.3, seed=1)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gflow.cli.main import main
+from gflow.cli import main
 
 
 @pytest.mark.slow

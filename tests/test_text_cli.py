@@ -11,9 +11,9 @@ import optax
 import pytest
 
 from gflow import AttentionModel
-from gflow.cli.main import main
+from gflow.cli import main
 from gflow.dynamics import step_keys
-from gflow.runs.trajectory_files import load_trajectory
+from gflow.runs import load_trajectory
 from gflow.text import TextLoss, WindowStream, run_minibatch, text_loss
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

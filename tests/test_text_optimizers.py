@@ -11,9 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from gflow.cli.main import build_parser, main
+from gflow.cli import build_parser, main
+from gflow.runs import load_trajectory
 from gflow.runs.text import TextConfig, init_model, prepare
-from gflow.runs.trajectory_files import load_trajectory
 from gflow.text import TextLoss, WindowStream, batch_loss, warmup_cosine
 
 

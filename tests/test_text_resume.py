@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import gflow.runs.text.run as text_run
-from gflow.cli.main import main
-from gflow.runs.trajectory_files import load_trajectory
+from gflow.cli import main
+from gflow.runs import load_trajectory
 from tests.test_text_cli import _story
 
 
@@ -102,9 +102,7 @@ def test_resume_refuses_options_and_missing_files(tmp_path, capsys):
 def test_a_piece_of_another_configuration_is_refused(tmp_path):
     """A finished run saved under one configuration is not read back into another
     (its fingerprint differs), and a run with snapshots is refused on saving."""
-    from gflow.runs.text import TextConfig
-    from gflow.runs.text import RunPieces
-    from gflow.runs.text import init_model, prepare
+    from gflow.runs.text import RunPieces, TextConfig, init_model, prepare
 
     corpus = _story(tmp_path / "story.txt")
     cfg = TextConfig(corpus=str(corpus), vocab_size=12, context=4, windows=16)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gflow import AttentionModel
-from gflow.cli.main import build_parser
+from gflow.cli import build_parser
 from gflow.text import TextObservables, fixed_sample, query_windows
 
 
@@ -63,7 +63,7 @@ def test_row_windows_enter_the_rows_only():
 
 
 def test_row_windows_option_reaches_the_configuration():
-    from gflow.cli.options import resolve
+    from gflow.cli import resolve
     from gflow.runs.text import TextJob
 
     def cfg(*argv):
@@ -79,8 +79,8 @@ def test_row_windows_option_reaches_the_configuration():
 def test_text_flow_takes_a_stiff_solver(tmp_path):
     """--method flow --solver rkc2 integrates the same flow as Tsit5: at tight
     tolerances both end at the same parameters, and the run records its solver."""
-    from gflow.cli.main import main
-    from gflow.runs.trajectory_files import load_trajectory
+    from gflow.cli import main
+    from gflow.runs import load_trajectory
     from tests.test_text_cli import _story
 
     corpus = _story(tmp_path / "story.txt")

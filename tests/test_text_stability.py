@@ -10,7 +10,7 @@ import pytest
 
 from gflow import AttentionModel
 from gflow.analysis import dense_hessian
-from gflow.cli.main import main
+from gflow.cli import main
 from gflow.dynamics import SGD
 from gflow.text import (
     TextLoss,

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from gflow.cli.main import main
-from gflow.runs.trajectory_files import load_trajectory
+from gflow.cli import main
+from gflow.runs import load_trajectory
 
 
 @pytest.mark.slow

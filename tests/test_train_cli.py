@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gflow import load_run, write_report
-from gflow.cli.main import main
+from gflow.cli import main
 from gflow.problems import Transformer
 
 SMALL = ["--steps", "8", "--num-saves", "5", "--segments", "2", "--seq-len", "6",
@@ -145,8 +145,7 @@ def test_a_gpt_block_trains_on_a_bpe_vocabulary(tmp_path, whitespace):
 def test_a_bpe_setting_at_its_default_keeps_old_fingerprints():
     """tokenizer and whitespace joined TrainConfig later: at their defaults they
     are left out of the checkpoint fingerprint, so earlier runs still resume."""
-    from gflow.runs.train import TrainConfig
-    from gflow.runs.train.config import LATER_SETTINGS
+    from gflow.runs.train import LATER_SETTINGS, TrainConfig
 
     fields = TrainConfig().to_json()
     assert LATER_SETTINGS == {k: fields[k] for k in LATER_SETTINGS}

@@ -21,3 +21,20 @@ from gflow.runs.text.run import run_text as run_text
 from gflow.runs.text.seeds import stages_summary as stages_summary
 from gflow.runs.text.seeds import stages_table as stages_table
 from gflow.runs.text.seeds import summarise_seeds as summarise_seeds
+
+__all__ = [
+    "MODELS",
+    "OPTIMIZER_NAMES",
+    "TOKENIZER_NAMES",
+    "RunPieces",
+    "TextConfig",
+    "TextJob",
+    "init_model",
+    "prepare",
+    "run_text",
+    "stages_table",
+    "summarise_seeds",
+    "text_fingerprint",
+    "write_text_run",
+    "write_text_start",
+]

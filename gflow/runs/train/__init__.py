@@ -4,6 +4,7 @@ one run or a sweep over seeds and step sizes, resumable, over several processes.
 from gflow.runs.train.config import TrainConfig as TrainConfig
 from gflow.runs.train.config import TrainRun as TrainRun
 from gflow.runs.train.config import TrainSweep as TrainSweep
+from gflow.runs.train.config import LATER_SETTINGS as LATER_SETTINGS
 from gflow.runs.train.job import TrainJob as TrainJob
 from gflow.runs.train.job import TrainResult as TrainResult
 from gflow.runs.train.members import gather as gather
@@ -14,3 +15,15 @@ from gflow.runs.train.run import init_model as init_model
 from gflow.runs.train.run import prepare as prepare
 from gflow.runs.train.run import run_train as run_train
 from gflow.runs.train.run import write_train_run as write_train_run
+
+__all__ = [
+    "LATER_SETTINGS",
+    "TrainConfig",
+    "TrainData",
+    "TrainJob",
+    "TrainRun",
+    "TrainSweep",
+    "gather",
+    "init_model",
+    "prepare",
+]
