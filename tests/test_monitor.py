@@ -262,10 +262,82 @@ def test_bad_arguments_are_refused(tmp_path, unchecked):
     mon.close()
     with pytest.raises(ValueError, match="closed"):
         mon.observe(20, model, _probe(batch=4))
-    with pytest.raises(FileExistsError, match="resume"):
-        Monitor(tmp_path / "b")
     with pytest.raises(ValueError, match="lie in"):
         Monitor(tmp_path / "c", top=7, verbose=False).observe(0, model, _probe(batch=4))
+
+
+def _example(out, *, start=0, every=4, **kwargs):
+    """The core of docs/monitor.md's "Monitor a training loop" example, shorter:
+    GD observed from step ``start`` on to t = 25 (condensation included)."""
+    model, probe = _init(), _probe(batch=16)
+    with Monitor(out, every=every, **kwargs) as monitor:
+        for step in range(101):
+            if step >= start:
+                monitor.observe(step, model, probe, t=ETA * step)
+            model = _gd_step(model)
+    return monitor
+
+
+def _files(out):
+    return [(out / name).read_bytes() for name in ("metrics.csv", "events.jsonl")]
+
+
+def _said(capsys) -> list[str]:
+    """The monitor's lines about its directory (not its events) since the last."""
+    return [
+        line
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("[gflow monitor]") and " a monitor" in line
+    ]
+
+
+def test_the_example_run_twice_into_one_directory_replaces_its_monitor(
+    tmp_path, capsys
+):
+    out = tmp_path / "runs" / "monitor-markov"
+    first = _example(out)
+    assert [e.stage for e in first.events] == ["condensation"]
+    files = _files(out)
+    _said(capsys)
+    # the same loop again: same configuration, observed again from step 0
+    second = _example(out)
+    assert _said(capsys) == [
+        f"[gflow monitor] {out}: holds a monitor of this configuration; replacing "
+        "it: observed again from step 0"
+    ]
+    assert second.events == first.events
+    assert _files(out) == files  # the same rows and events, once each
+
+
+def test_a_loop_restarted_without_resume_continues_a_matching_monitor(tmp_path, capsys):
+    whole = _example(tmp_path / "whole", verbose=False)
+    out = tmp_path / "restarted"
+    _example(out, verbose=False)
+    restarted = _example(out, start=40)  # from a checkpoint at step 40
+    (line,) = _said(capsys)
+    kept = "continuing it from step 40 (10 earlier observations kept and replayed)"
+    assert line.endswith(kept)
+    assert restarted.events == whole.events
+    assert _files(out) == _files(tmp_path / "whole")
+
+
+def test_another_configuration_starts_the_directory_afresh(tmp_path, capsys):
+    out = tmp_path / "mon"
+    _example(out, verbose=False)
+    config = (out / "config.json").read_bytes()
+    # resume=True on other signals (n_sv) is refused, the directory left as it was
+    with pytest.raises(ValueError, match="other columns"):
+        _example(out, n_sv=3, resume=True, verbose=False)
+    assert (out / "config.json").read_bytes() == config
+    _example(out, every=8, verbose=False)
+    (line,) = _said(capsys)
+    assert "another configuration (every 4 -> 8)" in line and "replacing" in line
+    traj, _, cfg = gflow.load_monitor(out)
+    assert cfg["every"] == 8 and traj.metrics["step"].tolist() == list(range(0, 101, 8))
+    _example(out, every=8, resume=False, verbose=False)
+    assert _said(capsys) == [
+        f"[gflow monitor] {out}: held a monitor; replacing it (resume=False)"
+    ]
 
 
 def test_callbacks_see_every_event_in_order(tmp_path):

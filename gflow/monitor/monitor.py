@@ -44,7 +44,7 @@ from gflow.monitor.signals import probe_signals
 from gflow.monitor.tensorboard import ScalarWriter
 from gflow.problems.losses import check_token_ids
 from gflow.runs.environment import environment
-from gflow.runs.files import write_json
+from gflow.runs.files import to_json, write_json
 
 EventCallback = Callable[[Stage], None]
 
@@ -74,9 +74,16 @@ class Monitor:
         on_event: callables, each called with every event (a ``Stage``) as it is
             detected.
         tensorboard: also write TensorBoard scalars to ``out/tensorboard``.
-        resume: continue a monitor directory: rows from the first observed step on
-            are dropped and the stage rules replay the rest, so a training loop
-            restarted from a checkpoint continues its monitor where it was.
+        resume: what to do with a monitor already in ``out`` (decided at the first
+            observation, which fixes this monitor's configuration). None (default):
+            continue it when its configuration (``every``, the probe's shape, top
+            and tracked tokens, ``n_sv``, ``window``, the thresholds and the
+            signals' shapes) is this one's, else start afresh; one line on stderr
+            says which. Continuing drops its rows from the first observed step on
+            and replays the rest through the stage rules, so a loop restarted from
+            a checkpoint continues its monitor where it was, and the same loop run
+            again from step 0 replaces it. True: continue it (a directory of other
+            signals is refused with a ValueError). False: start afresh.
         verbose: print one line per event to stderr.
     """
 
@@ -93,7 +100,7 @@ class Monitor:
         n_sv: int = 4,
         on_event: EventCallback | Iterable[EventCallback] = (),
         tensorboard: bool = False,
-        resume: bool = False,
+        resume: bool | None = None,
         verbose: bool = True,
     ):
         self.out = Path(out)
@@ -105,14 +112,10 @@ class Monitor:
         self.callbacks = [on_event] if callable(on_event) else list(on_event)
         if not all(callable(f) for f in self.callbacks):
             raise TypeError("on_event must be a callable or an iterable of callables")
-        self.resume, self.verbose = bool(resume), bool(verbose)
+        self.resume = None if resume is None else bool(resume)
+        self.verbose = bool(verbose)
         if self.out.exists() and not self.out.is_dir():
             raise NotADirectoryError(f"out: {self.out} exists and is not a directory")
-        if not resume and (self.out / logs.METRICS).exists():
-            raise FileExistsError(
-                f"{self.out} already holds a monitor; give another directory, or "
-                "resume=True to continue it"
-            )
         self.out.mkdir(parents=True, exist_ok=True)
         self._tb = ScalarWriter(self.out / "tensorboard") if tensorboard else None
         self._obs: HeadObservables | None = None
@@ -229,18 +232,50 @@ class Monitor:
         shapes = eqx.filter_eval_shape(probe_signals, model, self._obs, self.n_sv)
         names = sorted(shapes, key=lambda k: (k != "loss", k))
         self._shapes = {k: list(shapes[k].shape) for k in names}
-        write_json(self.out / logs.CONFIG, self._config(tokens.shape))
+        config = self._config(tokens.shape)
+        continues = self._continues(config)
         self._columns = logs.flat_names(self._shapes)  # the CSV's signal columns
         header = ["step", "t", *self._columns]
-        if self.resume:
-            self._replay(step, header)
+        if continues:
+            kept = self._replay(step, header)
+            if self.verbose and self.resume is None:  # True: as asked
+                what = (
+                    f"continuing it from step {step} ({kept} earlier observations "
+                    "kept and replayed)"
+                    if kept
+                    else f"replacing it: observed again from step {step}"
+                )
+                self._say(f"holds a monitor of this configuration; {what}")
         else:
             logs.rewrite(self.out / logs.METRICS, [logs.csv_line(header)])
             logs.rewrite(self.out / logs.EVENTS, [])
+        # after the replay: a directory it refuses keeps its own configuration
+        write_json(self.out / logs.CONFIG, config)
         self._rows = AppendLogs(self.out)
 
-    def _replay(self, step: int, header: list[str]) -> None:
-        """Resume: keep the rows before ``step``, replay them through the rules."""
+    def _continues(self, config: dict) -> bool:
+        """Whether the first observation continues the monitor in ``out``
+        (``resume``); starting afresh over one says so in one line."""
+        if not (self.out / logs.METRICS).exists():
+            return bool(self.resume)
+        if self.resume is not None:
+            if not self.resume:
+                self._say("held a monitor; replacing it (resume=False)")
+            return self.resume
+        differ = _differences(self.out / logs.CONFIG, config)
+        if differ:
+            self._say(
+                f"held a monitor of another configuration ({differ}); replacing it "
+                "with this one (give another directory to keep both)"
+            )
+        return not differ
+
+    def _say(self, what: str) -> None:
+        print(f"[gflow monitor] {self.out}: {what}", file=sys.stderr)
+
+    def _replay(self, step: int, header: list[str]) -> int:
+        """Resume: keep the rows before ``step``, replay them through the rules;
+        returns how many were kept."""
         old, rows = logs.read_rows(self.out)
         if old and old != header:
             raise ValueError(
@@ -261,6 +296,7 @@ class Monitor:
         logs.rewrite(
             self.out / logs.EVENTS, [json.dumps(e.to_dict()) for e in self.events]
         )
+        return len(rows)
 
     def _config(self, probe_shape) -> dict:
         d = self.detector.detector
@@ -311,6 +347,22 @@ class Monitor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _differences(path: Path, config: dict) -> str:
+    """The settings in which the monitor configuration at ``path`` differs from
+    ``config`` (the environment aside), as text; '' when none does."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return f"no readable {logs.CONFIG}"
+    if not isinstance(old, dict):
+        return f"no readable {logs.CONFIG}"
+    new = json.loads(to_json(config))  # the types that JSON gives back
+    keys = [k for k in new if k != "environment" and old.get(k) != new[k]]
+    return ", ".join(
+        f"{k} {old[k]} -> {new[k]}" if k in old and k != "shapes" else k for k in keys
+    )
 
 
 class AppendLogs:
