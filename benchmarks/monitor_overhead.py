@@ -59,10 +59,19 @@ def _setup(seed: int = 0):
     chain = MarkovChain.from_lambda(pi=pi / pi.sum(), lam=0.5)
     key = jax.random.key(seed)
     model = Transformer.init(
-        d_vocab=d, d_model=64, n_layers=2, n_heads=4, key=key, init_scale=0.02,
-        d_ff=256, value=True, layernorm=True, residual=True, max_len=64,
+        d_vocab=d,
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        key=key,
+        init_scale=0.02,
+        d_ff=256,
+        value=True,
+        layernorm=True,
+        residual=True,
+        max_len=64,
         dtype=jnp.float32,
-    )  # fmt: skip
+    )
     keys = jax.random.split(jax.random.fold_in(key, 1), 17)
     pool = [chain.sample(key=k, batch=32, length=65) for k in keys[:16]]
     probe = chain.sample(key=keys[16], batch=32, length=65)
@@ -200,8 +209,12 @@ def _figure(record: dict) -> None:
     ax.plot(
         every, [100 * r["overhead"] for r in record["rows"]], "o-", label="measured"
     )
-    ax.plot(every, [100 * r["predicted"] for r in record["rows"]], "--",
-            label="observation / step / every")  # fmt: skip
+    ax.plot(
+        every,
+        [100 * r["predicted"] for r in record["rows"]],
+        "--",
+        label="observation / step / every",
+    )
     ax.axhline(5, color="tab:red", lw=0.8, ls=":", label="5% budget")
     ax.set_xscale("log")
     ax.set_yscale("symlog", linthresh=1)

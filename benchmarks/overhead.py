@@ -91,9 +91,14 @@ def plain_vs_gflow(
 
     def gflow():
         return solve_flow(
-            loss, model, t1=t1, solver=solver, rtol=rtol, atol=rtol * 1e-2,
+            loss,
+            model,
+            t1=t1,
+            solver=solver,
+            rtol=rtol,
+            atol=rtol * 1e-2,
             progress=False,
-        )  # fmt: skip
+        )
 
     plain(), gflow()
     load = load1()

@@ -62,7 +62,7 @@ def measure(cfg: TextConfig, ks, steps: int, reps: int) -> list[dict]:
         out = [
             run_full_batch(
                 loss, m, optimizer=SGD(), learning_rate=0.25, steps=steps, num_saves=n
-            )  # fmt: skip
+            )
             for m in models
         ]
         return [o.metrics["loss"] for o in out]
@@ -71,10 +71,15 @@ def measure(cfg: TextConfig, ks, steps: int, reps: int) -> list[dict]:
     def vmapped(params, static):
         def one(p):
             return _loop(
-                p, static, loss, _hyper(jax.tree.leaves(p)[0].dtype),
-                jnp.asarray(steps, jnp.int32), jnp.asarray(every, jnp.int32),
-                num_saves=n, b1=0.9,
-            )[0]  # fmt: skip
+                p,
+                static,
+                loss,
+                _hyper(jax.tree.leaves(p)[0].dtype),
+                jnp.asarray(steps, jnp.int32),
+                jnp.asarray(every, jnp.int32),
+                num_saves=n,
+                b1=0.9,
+            )[0]
 
         return jax.vmap(one)(params)
 
@@ -102,12 +107,18 @@ def measure(cfg: TextConfig, ks, steps: int, reps: int) -> list[dict]:
             b = np.asarray(jax.block_until_ready(vmapped(stacked, static)))
             vmap_s.append(time.perf_counter() - t0)
         diff = float(np.nanmax(np.abs(np.stack(a) - b)))
-        records.append({
-            "seeds": k, "d_vocab": d, "steps": steps,
-            "loop_compile_s": loop_compile, "loop_run_s": min(loop_s),
-            "vmap_compile_s": first - min(vmap_s), "vmap_run_s": min(vmap_s),
-            "max_loss_difference": diff,
-        })  # fmt: skip
+        records.append(
+            {
+                "seeds": k,
+                "d_vocab": d,
+                "steps": steps,
+                "loop_compile_s": loop_compile,
+                "loop_run_s": min(loop_s),
+                "vmap_compile_s": first - min(vmap_s),
+                "vmap_run_s": min(vmap_s),
+                "max_loss_difference": diff,
+            }
+        )
         print(json.dumps(records[-1]))
     return records
 

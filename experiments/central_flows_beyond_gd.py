@@ -127,10 +127,18 @@ def run_case(case, saves: int = 101) -> dict:
     losses = np.asarray(jax.vmap(f)(jnp.asarray(ws)))
     loss_avg = np.array([losses[max(0, k - window) : k + 1].mean() for k in idx])
     times = idx * eta
-    rec = {"case": name, "problem": problem, "optimizer": opt_name, "eta": eta,
-           "beta": beta, "eps": eps, "steps": steps, "t": times.tolist(),
-           "edge": ref.edge_constant / eta,
-           "finite": bool(np.all(np.isfinite(ws)))}  # fmt: skip
+    rec = {
+        "case": name,
+        "problem": problem,
+        "optimizer": opt_name,
+        "eta": eta,
+        "beta": beta,
+        "eps": eps,
+        "steps": steps,
+        "t": times.tolist(),
+        "edge": ref.edge_constant / eta,
+        "finite": bool(np.all(np.isfinite(ws))),
+    }
     for label, model in (
         ("central", ref),
         ("stable", dataclasses.replace(ref, oscillation=False)),
@@ -148,9 +156,12 @@ def run_case(case, saves: int = 101) -> dict:
     lam = np.asarray(rec["central_lambda"])
     at_edge = np.nonzero(lam >= 0.975 * ref.edge_constant)[0]
     rec["edge_index"] = int(at_edge[0]) if len(at_edge) else None
-    print(f"{name}: central {rec['central_distance'][-1]:.3g}, stable "
-          f"{rec['stable_distance'][-1]:.3g} ({rec['central_s']:.0f} s, "
-          f"{rec['stable_s']:.0f} s)", flush=True)  # fmt: skip
+    print(
+        f"{name}: central {rec['central_distance'][-1]:.3g}, stable "
+        f"{rec['stable_distance'][-1]:.3g} ({rec['central_s']:.0f} s, "
+        f"{rec['stable_s']:.0f} s)",
+        flush=True,
+    )
     return rec
 
 
@@ -175,7 +186,7 @@ def table(records) -> str:
             f"{r['central_distance'][-1]:.3g} / {r['stable_distance'][-1]:.3g} | "
             f"{r['run_loss'][-1]:.5g} / {r['central_loss'][-1]:.5g} / "
             f"{r['stable_loss'][-1]:.5g} |"
-        )  # fmt: skip
+        )
     return "\n".join([head, *rows])
 
 

@@ -790,8 +790,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a small smoke run, no doc")
     p.add_argument("--out", type=Path, default=None, help="results folder")
-    p.add_argument("--doc-only", action="store_true", help="rewrite the doc from "
-                   "the saved results.json")  # fmt: skip
+    p.add_argument(
+        "--doc-only",
+        action="store_true",
+        help="rewrite the doc from the saved results.json",
+    )
     p.add_argument("--datasets", default=None, help="comma-separated subset")
     args = p.parse_args(argv)
     cfg = QUICK if args.quick else Config()

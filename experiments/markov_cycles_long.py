@@ -124,14 +124,22 @@ def measure(traj, stages, pi, cfg: Config) -> dict:
         i0, i1 = _at(t, s.t_start), _at(t, s.t_end)
         ia, after = _at(t, after), s.t_end  # σ_k's minimum: since the last lifting
         seg = rate[i0 : i1 + 1, k - 1]
-        res["sigma"].append({
-            "cycle": s.cycle, "k": k, "t_start": s.t_start, "t_end": s.t_end,
-            "min_before": float(sv[ia : i0 + 1, k - 1].min()),
-            "at_start": float(sv[i0, k - 1]), "at_end": float(sv[i1, k - 1]),
-            "final": float(sv[-1, k - 1]),
-            "peak_rate": float(seg.max()), "t_peak_rate": float(t[i0 + seg.argmax()]),
-            "min_rate": float(seg.min()), "t_min_rate": float(t[i0 + seg.argmin()]),
-        })  # fmt: skip
+        res["sigma"].append(
+            {
+                "cycle": s.cycle,
+                "k": k,
+                "t_start": s.t_start,
+                "t_end": s.t_end,
+                "min_before": float(sv[ia : i0 + 1, k - 1].min()),
+                "at_start": float(sv[i0, k - 1]),
+                "at_end": float(sv[i1, k - 1]),
+                "final": float(sv[-1, k - 1]),
+                "peak_rate": float(seg.max()),
+                "t_peak_rate": float(t[i0 + seg.argmax()]),
+                "min_rate": float(seg.min()),
+                "t_min_rate": float(t[i0 + seg.argmin()]),
+            }
+        )
     res["sigma_final"] = [float(x) for x in sv[-1]]
     # cycle 2: the attention rows and σ₂(W_A) at its edges (why focus and dilution
     # overlap); the columns are key tokens, the rows queries
@@ -245,16 +253,24 @@ def figures(traj, stages, pi, folder: Path) -> list[Path]:
     p = folder / "markov_long_{}.png"
     title = "default flow to t = 10 000"
     return [
-        paper.plot_entropy_cycles(traj, stages, Path(str(p).format("entropy")),
-                                  title=f"attention entropy, {title}"),
-        paper.plot_attention_heatmaps(traj, stages,
-                                      Path(str(p).format("attention"))),
-        paper.plot_singular_values(traj, Path(str(p).format("singular_values")),
-                                   stages=stages, title=f"singular values, {title}"),
+        paper.plot_entropy_cycles(
+            traj,
+            stages,
+            Path(str(p).format("entropy")),
+            title=f"attention entropy, {title}",
+        ),
+        paper.plot_attention_heatmaps(traj, stages, Path(str(p).format("attention"))),
+        paper.plot_singular_values(
+            traj,
+            Path(str(p).format("singular_values")),
+            stages=stages,
+            title=f"singular values, {title}",
+        ),
         paper.plot_embedding_pca(traj, Path(str(p).format("pca")), stages=stages),
-        paper.plot_row_norms(traj, Path(str(p).format("row_norms")), pi=pi,
-                             stages=stages),
-    ]  # fmt: skip
+        paper.plot_row_norms(
+            traj, Path(str(p).format("row_norms")), pi=pi, stages=stages
+        ),
+    ]
 
 
 def main(argv=None) -> int:

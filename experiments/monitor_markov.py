@@ -44,9 +44,13 @@ def run(t1: float) -> str:
     probe = chain.sample(key=jax.random.key(1), batch=256, length=65)
     started = time.perf_counter()
     flow = gflow.solve_flow(
-        gflow.PopulationLoss(chain), model0, t1=t1, ts=np.linspace(0, t1, 3001),
-        observables=gflow.StageObservables(chain), progress=False,
-    )  # fmt: skip
+        gflow.PopulationLoss(chain),
+        model0,
+        t1=t1,
+        ts=np.linspace(0, t1, 3001),
+        observables=gflow.StageObservables(chain),
+        progress=False,
+    )
     flow_stages = gflow.detect_stages(flow)
     flow_s = time.perf_counter() - started
 
@@ -82,9 +86,11 @@ def run(t1: float) -> str:
     for e in mon.events:
         s = flow_stage(e)
         delay = mon.detector.delay(dt) if e.stage == "condensation" else dt
-        inside = "—" if s is None else (
-            "yes" if s.t_start - delay <= e.t_start <= s.t_end + delay else "no"
-        )  # fmt: skip
+        inside = (
+            "—"
+            if s is None
+            else ("yes" if s.t_start - delay <= e.t_start <= s.t_end + delay else "no")
+        )
         where = "global" if e.layer < 0 else f"L{e.layer}H{e.head}"
         span = "—" if s is None else f"[{s.t_start:.0f}, {s.t_end:.0f}]"
         rows.append(

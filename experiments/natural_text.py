@@ -50,8 +50,10 @@ CORPORA = {
     "tinystories": DATA / "tinystories" / "sample.txt",
 }
 #: The paper's rows on each corpus (MODEL.md §7), and the whitespace piece.
-ROWS = {"wikitext": ("▁", "continue"), "tinystories": ("▁", "the", ",", "a", "full",
-                                                      "been")}  # fmt: skip
+ROWS = {
+    "wikitext": ("▁", "continue"),
+    "tinystories": ("▁", "the", ",", "a", "full", "been"),
+}
 #: The paper's sequence for a row: dilute, focus on whitespace, dilute, focus on
 #: itself (a dilution from any key).
 TARGET = (("dilution", None), ("focus", "▁"), ("dilution", None), ("focus", "self"))
@@ -77,10 +79,19 @@ class Settings:
     def flow_config(self, cfg):
         """Seed 0's gradient flow itself (RKC2, float64) to ``flow_horizon``."""
         return dataclasses.replace(
-            cfg, method="flow", solver="rkc2", lr=1.0, steps=round(self.flow_horizon),
-            rtol=self.flow_rtol, atol=self.flow_rtol * 1e-2, seeds=1, opt_steps=0,
-            sharpness_checks=0, num_saves=round(self.flow_horizon), x64=True,
-        )  # fmt: skip
+            cfg,
+            method="flow",
+            solver="rkc2",
+            lr=1.0,
+            steps=round(self.flow_horizon),
+            rtol=self.flow_rtol,
+            atol=self.flow_rtol * 1e-2,
+            seeds=1,
+            opt_steps=0,
+            sharpness_checks=0,
+            num_saves=round(self.flow_horizon),
+            x64=True,
+        )
 
     def text_config(self, corpus: str):
         """The ``gflow text`` configuration of one corpus."""
@@ -259,14 +270,17 @@ def summarise(corpus: str, root: Path = OUT) -> dict:
         for row, moves in flowcheck["flow_moves"].items():
             if row in ROWS[corpus]:
                 rows[f"{row}|flow"] = {
-                    "row": row, "ends": ends.get(row), "arm": "flow (seed 0)",
+                    "row": row,
+                    "ends": ends.get(row),
+                    "arm": "flow (seed 0)",
                     "patterns": [short(moves)],
-                    "shared": 1, "times": [f"{m['t_start']:.4g}" for m in moves],
+                    "shared": 1,
+                    "times": [f"{m['t_start']:.4g}" for m in moves],
                     "in_order": [in_order(moves)],
                     "verdict": (
                         verdict([in_order(moves)]) if row != "▁" else "no claim"
                     ),
-                }  # fmt: skip
+                }
     stages = read_json(out / "stages_summary.json") if cfg["seeds"] > 1 else None
     return {
         "corpus": corpus,
@@ -510,9 +524,11 @@ def main(argv=None) -> int:
         for corpus in results:  # the flow's rows and the first AdamW seed's
             for src, name in (
                 (out_root / f"{corpus}_flow" / "attention_rows_flow.png", "flow"),
-                (out_root / corpus / f"attention_rows_adamw{_first(settings)}.png",
-                 "adamw"),
-            ):  # fmt: skip
+                (
+                    out_root / corpus / f"attention_rows_adamw{_first(settings)}.png",
+                    "adamw",
+                ),
+            ):
                 if src.exists():
                     shutil.copy(src, figures / f"natural_text_{corpus}_{name}.png")
     return 0

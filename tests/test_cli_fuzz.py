@@ -58,19 +58,63 @@ CORPUS_WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran"]
 
 def _base(command, ws):
     return {
-        "flow": ["flow", "--t1", "1", "--num-saves", "2", "--segments", "1",
-                 "--no-params", "--d-model", "2"],
+        "flow": [
+            "flow",
+            "--t1",
+            "1",
+            "--num-saves",
+            "2",
+            "--segments",
+            "1",
+            "--no-params",
+            "--d-model",
+            "2",
+        ],
         "sweep": ["sweep", "--lrs", "0.5,0.25", "--t1", "1", "--num-saves", "2"],
         "compare": ["compare", "--lr", "0.5", "--t1", "1", "--num-saves", "2"],
-        "text": ["text", "--corpus", str(ws / "corpus.txt"), "--vocab-size", "4",
-                 "--context", "3", "--windows", "8", "--steps", "2", "--adam-steps",
-                 "0", "--num-saves", "2", "--num-queries", "0"],
-        "train": ["train", "--steps", "2", "--num-saves", "2", "--segments", "1",
-                  "--seq-len", "3", "--batch", "2", "--eval-batch", "2",
-                  "--d-model", "2", "--layers", "1", "--heads", "1"],
+        "text": [
+            "text",
+            "--corpus",
+            str(ws / "corpus.txt"),
+            "--vocab-size",
+            "4",
+            "--context",
+            "3",
+            "--windows",
+            "8",
+            "--steps",
+            "2",
+            "--adam-steps",
+            "0",
+            "--num-saves",
+            "2",
+            "--num-queries",
+            "0",
+        ],
+        "train": [
+            "train",
+            "--steps",
+            "2",
+            "--num-saves",
+            "2",
+            "--segments",
+            "1",
+            "--seq-len",
+            "3",
+            "--batch",
+            "2",
+            "--eval-batch",
+            "2",
+            "--d-model",
+            "2",
+            "--layers",
+            "1",
+            "--heads",
+            "1",
+        ],
         "report": ["report", str(ws / "rundir")],
         "": ["report", str(ws / "rundir")],  # global options come before a command
-    }[command]  # fmt: skip
+    }[command]
 
 
 def _positive(x):
@@ -197,14 +241,56 @@ def _id(item):
 # -- drawn strings -------------------------------------------------------------------
 
 _EDGES = [
-    "0", "-0", "0.0", "-1", "-2.5", "-1e-300", "1e-400", "-1e300", "nan", "NaN",
-    "-nan", "inf", "-inf", "Infinity", "1", "2", "0.5", "1.5", "3", "1e3", "2e30",
-    str(2**32), str(2**63), str(2**70), str(-(2**63)),
-]  # fmt: skip
+    "0",
+    "-0",
+    "0.0",
+    "-1",
+    "-2.5",
+    "-1e-300",
+    "1e-400",
+    "-1e300",
+    "nan",
+    "NaN",
+    "-nan",
+    "inf",
+    "-inf",
+    "Infinity",
+    "1",
+    "2",
+    "0.5",
+    "1.5",
+    "3",
+    "1e3",
+    "2e30",
+    str(2**32),
+    str(2**63),
+    str(2**70),
+    str(-(2**63)),
+]
 _JUNK = [
-    "", " ", "abc", "x1", "1,2", "1;2", "0x10", "1e", "1.2.3", "--", "one", "½", "٣",
-    "1 2", "True", "None", "[1]", "{}", "0.1.", "+-1", "1e+", "١٢",
-]  # fmt: skip
+    "",
+    " ",
+    "abc",
+    "x1",
+    "1,2",
+    "1;2",
+    "0x10",
+    "1e",
+    "1.2.3",
+    "--",
+    "one",
+    "½",
+    "٣",
+    "1 2",
+    "True",
+    "None",
+    "[1]",
+    "{}",
+    "0.1.",
+    "+-1",
+    "1e+",
+    "١٢",
+]
 _TEXT = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")),
     max_size=12,
@@ -285,24 +371,49 @@ def _strategy(command, action, ws):
         ).map(tail)
     elif kind is run_dir_arg:
         values = st.sampled_from(
-            [str(ws / "nope"), str(ws / "file"), "", str(ws / "emptydir"),
-             str(ws / "badjson"), str(ws / "notobject")]
-        ).map(tail)  # fmt: skip
+            [
+                str(ws / "nope"),
+                str(ws / "file"),
+                "",
+                str(ws / "emptydir"),
+                str(ws / "badjson"),
+                str(ws / "notobject"),
+            ]
+        ).map(tail)
     elif kind is Path and flag == "--config":
         values = st.sampled_from(
-            [str(ws / "nope.json"), str(ws / "emptydir"), "", str(ws / "file"),
-             str(ws / "badjson" / "config.json"), str(ws / "notobject/config.json")]
-        ).map(tail)  # fmt: skip
+            [
+                str(ws / "nope.json"),
+                str(ws / "emptydir"),
+                "",
+                str(ws / "file"),
+                str(ws / "badjson" / "config.json"),
+                str(ws / "notobject/config.json"),
+            ]
+        ).map(tail)
     elif kind is str and flag == "--data":  # 'markov' or a readable, non-empty text
         values = st.sampled_from(
-            [str(ws / "nope.txt"), "", str(ws / "emptydir"), str(ws / "empty.txt"),
-             "MARKOV", "wikitext"]
-        ).map(tail)  # fmt: skip
+            [
+                str(ws / "nope.txt"),
+                "",
+                str(ws / "emptydir"),
+                str(ws / "empty.txt"),
+                "MARKOV",
+                "wikitext",
+            ]
+        ).map(tail)
     elif kind is str and flag == "--corpus":
         values = st.sampled_from(
-            [str(ws / "nope.txt"), "", str(ws / "emptydir"), str(ws / "empty.txt"),
-             str(ws / "file"), "wikitext", "tinystories"]
-        ).map(tail)  # fmt: skip
+            [
+                str(ws / "nope.txt"),
+                "",
+                str(ws / "emptydir"),
+                str(ws / "empty.txt"),
+                str(ws / "file"),
+                "wikitext",
+                "tinystories",
+            ]
+        ).map(tail)
     elif kind is str and flag == "--tokenizer-file":  # not a file, or not for word
         values = st.sampled_from(
             [str(ws / "nope.json"), str(ws / "emptydir"), "", str(ws / "file")]
@@ -317,10 +428,23 @@ def _strategy(command, action, ws):
         )
     elif kind is coordinator_address:  # not HOST:PORT (port 1..65535) or auto
         values = st.one_of(
-            st.sampled_from(["", " ", "localhost", "localhost:", ":1234", "host:0",
-                             "host:65536", "host:12a", "host:-1", "a b:1", "AUTO"]),
+            st.sampled_from(
+                [
+                    "",
+                    " ",
+                    "localhost",
+                    "localhost:",
+                    ":1234",
+                    "host:0",
+                    "host:65536",
+                    "host:12a",
+                    "host:-1",
+                    "a b:1",
+                    "AUTO",
+                ]
+            ),
             _TEXT.filter(lambda v: _converts(coordinator_address, v) is None),
-        ).map(tail)  # fmt: skip
+        ).map(tail)
     elif kind is str and (command, flag) in NAMES:
         known = NAMES[command, flag]
         bad = st.one_of(_TEXT, st.sampled_from([k.upper() for k in known] + [""]))
@@ -542,9 +666,10 @@ def _wrong_type(hint):
     if typing.get_origin(hint) is tuple or dataclasses.is_dataclass(hint):
         ok = (list,) if typing.get_origin(hint) is tuple else (dict,)
         bad_list = st.lists(_JSON_SCALARS, min_size=1, max_size=3).filter(
-            lambda v: any(not isinstance(x, (int, float)) or x is True or x is False
-                          for x in v)
-        )  # fmt: skip
+            lambda v: any(
+                not isinstance(x, (int, float)) or x is True or x is False for x in v
+            )
+        )
         return st.one_of(_JSON.filter(lambda v: not isinstance(v, ok)), bad_list)
     pytest.fail(f"no wrong-type strategy for {hint!r}")
 
@@ -637,10 +762,14 @@ def _parses(text):
 
 @pytest.mark.parametrize(
     "command, option, cls",
-    [("flow", "--config", FlowConfig), ("flow", "--resume", FlowConfig),
-     ("sweep", "--resume", SweepConfig), ("train", "--resume", TrainConfig),
-     ("text", "--resume", TextConfig)],
-)  # fmt: skip
+    [
+        ("flow", "--config", FlowConfig),
+        ("flow", "--resume", FlowConfig),
+        ("sweep", "--resume", SweepConfig),
+        ("train", "--resume", TrainConfig),
+        ("text", "--resume", TextConfig),
+    ],
+)
 def test_malformed_config_file_is_one_line_exit_2(ws, command, option, cls):
     @settings(FUZZ, max_examples=50)
     @given(doc=_config_documents(cls))

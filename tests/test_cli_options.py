@@ -56,10 +56,35 @@ def test_flow_options(tmp_path, monkeypatch):
 
     monkeypatch.setattr("gflow.runs.flow_run.solve_flow_resumable", spy)
     out = tmp_path / "run"
-    argv = ["--quiet", "flow", "--t1", "2", "--num-saves", "3", "--segments", "1",
-            "--init-scale", "0.3", "--seed", "1", "--d-model", "8", "--tau", "0.5",
-            "--rtol", "1e-3", "--atol", "1e-5", "--unfactorised", "--residual",
-            "--float32", "--max-steps", "2", "--out", str(out)]  # fmt: skip
+    argv = [
+        "--quiet",
+        "flow",
+        "--t1",
+        "2",
+        "--num-saves",
+        "3",
+        "--segments",
+        "1",
+        "--init-scale",
+        "0.3",
+        "--seed",
+        "1",
+        "--d-model",
+        "8",
+        "--tau",
+        "0.5",
+        "--rtol",
+        "1e-3",
+        "--atol",
+        "1e-5",
+        "--unfactorised",
+        "--residual",
+        "--float32",
+        "--max-steps",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 1  # the run stopped at its step budget
     cfg = json.loads((out / "config.json").read_text())["config"]
     assert (cfg["seed"], cfg["d_model"], cfg["tau"]) == (1, 8, 0.5)
@@ -117,10 +142,28 @@ def _heavy_ball_second_step(params, lr, beta):
 @pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_sweep_momentum_beta_threshold_init_scale_seed(tmp_path):
     out = tmp_path / "run"
-    argv = ["--quiet", "sweep", "--optimizer", "momentum", "--beta", "0.5",
-            "--lrs", "0.5,0.25", "--t1", "1", "--num-saves", "3",
-            "--threshold", "1e-12", "--init-scale", "0.3", "--seed", "3",
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        "--quiet",
+        "sweep",
+        "--optimizer",
+        "momentum",
+        "--beta",
+        "0.5",
+        "--lrs",
+        "0.5,0.25",
+        "--t1",
+        "1",
+        "--num-saves",
+        "3",
+        "--threshold",
+        "1e-12",
+        "--init-scale",
+        "0.3",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     cfg = json.loads((out / "config.json").read_text())["config"]
     assert (cfg["optimizer"], cfg["beta"], cfg["threshold"]) == ("momentum", 0.5, 1e-12)
@@ -145,9 +188,26 @@ def test_sweep_momentum_beta_threshold_init_scale_seed(tmp_path):
 @pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_sweep_adam_beta(tmp_path):
     out = tmp_path / "run"
-    argv = ["--quiet", "sweep", "--optimizer", "adam", "--beta", "0.8",
-            "--lrs", "0.02,0.01", "--t1", "0.04", "--num-saves", "3",
-            "--init-scale", "0.3", "--seed", "3", "--out", str(out)]  # fmt: skip
+    argv = [
+        "--quiet",
+        "sweep",
+        "--optimizer",
+        "adam",
+        "--beta",
+        "0.8",
+        "--lrs",
+        "0.02,0.01",
+        "--t1",
+        "0.04",
+        "--num-saves",
+        "3",
+        "--init-scale",
+        "0.3",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     run = load_run(out)
     assert run["config"]["config"]["optimizer"] == "adam"
@@ -162,18 +222,21 @@ def test_sweep_adam_beta(tmp_path):
     v = jax.tree.map(lambda g: (1 - b2) * g**2, g0)
     p1 = jax.tree.map(
         lambda p, m, v: p - lr * (m / (1 - b1)) / (jnp.sqrt(v / (1 - b2)) + eps),
-        p0, m, v,
-    )  # fmt: skip
+        p0,
+        m,
+        v,
+    )
     for a, b in zip(_leaves(_snapshot(member.params, 1)), _leaves(p1)):
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-12)
     g1 = _grad(_snapshot(member.params, 1))
     m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, m, g1)
     v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g**2, v, g1)
     p2 = jax.tree.map(
-        lambda p, m, v: p
-        - lr * (m / (1 - b1**2)) / (jnp.sqrt(v / (1 - b2**2)) + eps),
-        _snapshot(member.params, 1), m, v,
-    )  # fmt: skip
+        lambda p, m, v: p - lr * (m / (1 - b1**2)) / (jnp.sqrt(v / (1 - b2**2)) + eps),
+        _snapshot(member.params, 1),
+        m,
+        v,
+    )
     for a, b in zip(_leaves(_snapshot(member.params, 2)), _leaves(p2)):
         np.testing.assert_allclose(a, b, rtol=1e-7, atol=1e-12)
 
@@ -181,15 +244,33 @@ def test_sweep_adam_beta(tmp_path):
 @pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_compare_command(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["--quiet", "compare", "--optimizer", "momentum", "--lr", "0.25",
-            "--t1", "0.5", "--beta", "0.5", "--threshold", "1e-12",
-            "--num-saves", "3", "--out", str(out)]  # fmt: skip
+    argv = [
+        "--quiet",
+        "compare",
+        "--optimizer",
+        "momentum",
+        "--lr",
+        "0.25",
+        "--t1",
+        "0.5",
+        "--beta",
+        "0.5",
+        "--threshold",
+        "1e-12",
+        "--num-saves",
+        "3",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     assert "compare momentum η=0.25: success" in capsys.readouterr().out
     rec = json.loads((out / "compare.json").read_text())
     assert (rec["optimizer"], rec["lr"], rec["beta"], rec["t1"]) == (
-        "momentum", 0.25, 0.5, 0.5
-    )  # fmt: skip
+        "momentum",
+        0.25,
+        0.5,
+        0.5,
+    )
     assert rec["status"] == "success" and rec["threshold"] == 1e-12
     assert rec["departure_time"] == 0.25  # the first save after t = 0
     assert (out / "compare.png").stat().st_size > 0
@@ -214,18 +295,46 @@ def test_compare_command(tmp_path, capsys):
 def test_text_tokenizer_max_chars_lrs_all_positions_topk_float64(tmp_path):
     rng = np.random.default_rng(0)
     words = ["The", "cat", "Sat", "on", "the", "MAT", "a", "dog"]
-    head = " ".join(
-        " ".join(rng.choice(words, size=5)) + "." for _ in range(120)
-    )  # fmt: skip
+    head = " ".join(" ".join(rng.choice(words, size=5)) + "." for _ in range(120))
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(head + " Zebra zebra ZEBRA zebra." * 40)
     out = tmp_path / "run"
-    argv = ["--quiet", "text", "--corpus", str(corpus), "--tokenizer", "word-lower",
-            "--max-chars", str(len(head)), "--vocab-size", "6", "--context", "4",
-            "--windows", "32", "--init-scale", "0.5", "--lr", "0.1", "--steps", "3",
-            "--adam-lr", "0.01", "--adam-steps", "2", "--all-positions", "--topk",
-            "2", "--float64", "--num-saves", "2", "--num-queries", "1",
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        "--quiet",
+        "text",
+        "--corpus",
+        str(corpus),
+        "--tokenizer",
+        "word-lower",
+        "--max-chars",
+        str(len(head)),
+        "--vocab-size",
+        "6",
+        "--context",
+        "4",
+        "--windows",
+        "32",
+        "--init-scale",
+        "0.5",
+        "--lr",
+        "0.1",
+        "--steps",
+        "3",
+        "--adam-lr",
+        "0.01",
+        "--adam-steps",
+        "2",
+        "--all-positions",
+        "--topk",
+        "2",
+        "--float64",
+        "--num-saves",
+        "2",
+        "--num-queries",
+        "1",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     saved = json.loads((out / "config.json").read_text())
     vocab = json.loads((out / "vocab.json").read_text())
@@ -297,9 +406,10 @@ def _long_options():
                     walk(sub, name)
             elif not isinstance(action, argparse._HelpAction):
                 found += [
-                    (command, flag) for flag in action.option_strings
+                    (command, flag)
+                    for flag in action.option_strings
                     if flag.startswith("--")
-                ]  # fmt: skip
+                ]
 
     walk(parser, "gflow")
     return found

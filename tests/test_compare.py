@@ -267,11 +267,23 @@ def test_a_comparison_is_typed_and_reads_as_the_dict_it_was():
 
     t = np.linspace(0.0, 1.0, 3)
     cmp = Comparison(
-        t=t, distance={"total": t}, loss_gap=t, error=1.0, final_error=1.0,
-        departure_time=None, threshold=0.1,
-    )  # fmt: skip
-    assert set(cmp) == {"t", "distance", "loss_gap", "error", "final_error",
-                        "departure_time", "threshold"}  # fmt: skip
+        t=t,
+        distance={"total": t},
+        loss_gap=t,
+        error=1.0,
+        final_error=1.0,
+        departure_time=None,
+        threshold=0.1,
+    )
+    assert set(cmp) == {
+        "t",
+        "distance",
+        "loss_gap",
+        "error",
+        "final_error",
+        "departure_time",
+        "threshold",
+    }
     assert cmp["error"] == cmp.error == 1.0 and cmp["departure_time"] is None
     assert "attention_tv" not in cmp and dict(cmp)["threshold"] == 0.1
     with_tv = dataclasses.replace(cmp, attention_tv=np.zeros((3, 2)))

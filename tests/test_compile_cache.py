@@ -21,8 +21,18 @@ import pytest
 from gflow.cli import build_parser, cache_dir, configure
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ["flow", "--t1", "1", "--num-saves", "2", "--segments", "1", "--no-params",
-        "--d-model", "2"]  # fmt: skip
+TINY = [
+    "flow",
+    "--t1",
+    "1",
+    "--num-saves",
+    "2",
+    "--segments",
+    "1",
+    "--no-params",
+    "--d-model",
+    "2",
+]
 
 
 @pytest.mark.parametrize(

@@ -31,9 +31,18 @@ CHAIN = MarkovChain.from_lambda(pi=(0.6, 0.25, 0.15), lam=0.5)
 @pytest.fixture(scope="module")
 def deep():
     model = Transformer.init(
-        d_vocab=3, d_model=4, n_layers=2, n_heads=2, key=jax.random.key(0),
-        init_scale=0.3, d_ff=4, value=True, layernorm=True, residual=True, max_len=6,
-    )  # fmt: skip
+        d_vocab=3,
+        d_model=4,
+        n_layers=2,
+        n_heads=2,
+        key=jax.random.key(0),
+        init_scale=0.3,
+        d_ff=4,
+        value=True,
+        layernorm=True,
+        residual=True,
+        max_len=6,
+    )
     tokens = CHAIN.sample(key=jax.random.key(1), batch=16, length=6)
     return model, SequenceLoss(tokens)
 
@@ -45,11 +54,17 @@ def test_gd_approaches_the_flow_at_first_order(deep):
     dist = []
     for lr in (0.04, 0.02):
         gd = run_optimizer(
-            loss, model, optax.sgd(lr), steps=round(0.4 / lr), learning_rate=lr,
-            save_every=round(0.4 / lr), save_params=True,
-        )  # fmt: skip
-        ref = solve_flow(loss, model, t1=gd.t[-1], ts=gd.t, save_params=True,
-                         rtol=1e-10, atol=1e-12)  # fmt: skip
+            loss,
+            model,
+            optax.sgd(lr),
+            steps=round(0.4 / lr),
+            learning_rate=lr,
+            save_every=round(0.4 / lr),
+            save_params=True,
+        )
+        ref = solve_flow(
+            loss, model, t1=gd.t[-1], ts=gd.t, save_params=True, rtol=1e-10, atol=1e-12
+        )
         dist.append(gflow.parameter_distance(ref, gd)["total"][-1])
     assert dist[0] > 0 and dist[0] / dist[1] == pytest.approx(2.0, rel=0.1)
 

@@ -67,9 +67,12 @@ def test_two_processes_split_the_chunks_and_process_0_gathers_them(
     # costs t1 / min η: chunk 0 = 10, 1 = 25, 2 = 50 steps -> process 0 runs chunk 2
     assert assign([10, 25, 50], 2) == [1, 1, 0]
     two = Processes(1, 2)
-    assert run_sweep_resumable(
-        loss, model, opt, LRS, checkpoint_dir=shared, processes=two, **kw
-    ) is None  # fmt: skip
+    assert (
+        run_sweep_resumable(
+            loss, model, opt, LRS, checkpoint_dir=shared, processes=two, **kw
+        )
+        is None
+    )
     assert [chunk_path(shared, i).exists() for i in range(3)] == [1, 1, 0]
     run = run_sweep_resumable(
         loss, model, opt, LRS, checkpoint_dir=shared, processes=Processes(0, 2), **kw
@@ -87,9 +90,17 @@ def test_process_0_names_a_chunk_it_cannot_see(sgd_setup, tmp_path, monkeypatch)
     )
     with pytest.raises(FileNotFoundError, match="chunk 0, run by process 1.*shares"):
         run_sweep_resumable(
-            loss, model, opt, LRS, t1=1.0, num_saves=5, fingerprint="cfg", chunk=2,
-            checkpoint_dir=tmp_path, processes=Processes(0, 2),
-        )  # fmt: skip
+            loss,
+            model,
+            opt,
+            LRS,
+            t1=1.0,
+            num_saves=5,
+            fingerprint="cfg",
+            chunk=2,
+            checkpoint_dir=tmp_path,
+            processes=Processes(0, 2),
+        )
 
 
 def test_workers_start_from_the_configuration_on_disk(tmp_path):
@@ -100,10 +111,16 @@ def test_workers_start_from_the_configuration_on_disk(tmp_path):
     flow = FlowConfig(init_scale=0.1 + 0.2, seed=7)  # a float that repr must keep
     for cfg in (
         SweepConfig(lrs=(0.4, 1 / 3), t1=7.5, chunk=1, flow=flow),
-        SweepConfig(optimizer="momentum", beta=0.3, sharded=False, threshold=0.2,
-                    num_saves=11, reference="flow"),
+        SweepConfig(
+            optimizer="momentum",
+            beta=0.3,
+            sharded=False,
+            threshold=0.2,
+            num_saves=11,
+            reference="flow",
+        ),
         SweepConfig(reference="modified", lrs=(0.1, 0.05, 0.02)),
-    ):  # fmt: skip
+    ):
         run = RunDirectory(tmp_path / f"run-{cfg.fingerprint()}")
         run.write_config("sweep", cfg, environment=None)
         assert run.read_config(SweepConfig, "sweep", "--resume") == cfg
@@ -149,14 +166,16 @@ BASE = ["--quiet", "sweep", "--lrs", "0.4,0.2", "--t1", "1", "--num-saves", "2"]
         (["--process-id", "1"], "--process-id needs --coordinator HOST:PORT"),
         (["--num-processes", "0"], "--num-processes: need at least 1"),
         (["--process-id", "-1"], "--process-id: must be >= 0"),
-        (["--coordinator", "h:1", "--num-processes", "2", "--process-id", "2"],
-         "--process-id: must lie in 0 .. 1"),
+        (
+            ["--coordinator", "h:1", "--num-processes", "2", "--process-id", "2"],
+            "--process-id: must lie in 0 .. 1",
+        ),
         (["--coordinator", "auto", "--num-processes", "2"], "drop --num-processes"),
         (["--join-timeout", "0", "--processes", "2"], "--join-timeout: must be > 0"),
         (["--join-timeout", "nan", "--processes", "2"], "--join-timeout: must be > 0"),
         (["--join-timeout", "5"], "--join-timeout applies only with --processes"),
     ],
-)  # fmt: skip
+)
 def test_process_options_refuse_bad_values_in_one_line(tmp_path, capsys, tail, words):
     out = tmp_path / "run"
     assert main([*BASE, "--out", str(out), *tail]) == 2
@@ -246,8 +265,16 @@ def test_two_processes_give_the_members_of_one(one_process, tmp_path):
 def test_the_cluster_form_on_one_machine(one_process, tmp_path):
     """Two processes started by hand with --coordinator, as on two hosts."""
     out, port = tmp_path / "run", free_port()
-    cluster = ["--coordinator", f"localhost:{port}", "--num-processes", "2",
-               "--chunk", "2", "--out", str(out)]  # fmt: skip
+    cluster = [
+        "--coordinator",
+        f"localhost:{port}",
+        "--num-processes",
+        "2",
+        "--chunk",
+        "2",
+        "--out",
+        str(out),
+    ]
     procs = [
         subprocess.Popen(
             [
@@ -263,7 +290,7 @@ def test_the_cluster_form_on_one_machine(one_process, tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for i in (1, 0)  # the order of starting does not matter
     ]
     outs = [p.communicate(timeout=600) for p in procs]
@@ -292,10 +319,21 @@ def test_a_killed_worker_ends_the_run_and_it_resumes(tmp_path):
     # chunks cost 150 ... 3000 steps: process 0 runs chunk 4, process 1 chunks 0-3
     out = tmp_path / "run"
     parent = subprocess.Popen(
-        [sys.executable, "-m", "gflow", "--quiet", *args, "--processes", "2",
-         "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gflow",
+            "--quiet",
+            *args,
+            "--processes",
+            "2",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = chunk_path(out / "checkpoint", 0)
     deadline = time.time() + 300
     while time.time() < deadline and parent.poll() is None and not first.exists():
@@ -349,10 +387,19 @@ def test_a_bad_coordinator_fails_in_seconds_in_one_line(
         address = coordinator.format(port=free_port(), busy=busy.getsockname()[1])
         start = time.time()
         rc, stdout, err = _gflow(
-            *SWEEP, "--coordinator", address, "--num-processes", "2",
-            "--process-id", process_id, "--join-timeout", "3",
-            "--out", str(tmp_path / "run"), timeout=60,
-        )  # fmt: skip
+            *SWEEP,
+            "--coordinator",
+            address,
+            "--num-processes",
+            "2",
+            "--process-id",
+            process_id,
+            "--join-timeout",
+            "3",
+            "--out",
+            str(tmp_path / "run"),
+            timeout=60,
+        )
     assert time.time() - start < 20
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1, err
@@ -365,8 +412,16 @@ def test_processes_with_other_settings_stop_together_in_one_line(tmp_path):
     """Process 1 started with another --t1 (or not seeing process 0's directory):
     both processes stop before any member runs, each with the same one line."""
     out, port = tmp_path / "run", free_port()
-    cluster = ["--coordinator", f"localhost:{port}", "--num-processes", "2",
-               "--out", str(out), "--join-timeout", "60"]  # fmt: skip
+    cluster = [
+        "--coordinator",
+        f"localhost:{port}",
+        "--num-processes",
+        "2",
+        "--out",
+        str(out),
+        "--join-timeout",
+        "60",
+    ]
     procs = [
         subprocess.Popen(
             [
@@ -383,7 +438,7 @@ def test_processes_with_other_settings_stop_together_in_one_line(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for i, t1 in ((0, "60"), (1, "30"))
     ]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -402,10 +457,20 @@ def test_workers_do_not_outlive_a_killed_parent(tmp_path):
     (process 1's chunk is saved, process 0 still runs its own): both die at once."""
     out = tmp_path / "run"
     parent = subprocess.Popen(
-        [sys.executable, "-m", "gflow", "--quiet", *SWEEP, "--processes", "2",
-         "--out", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gflow",
+            "--quiet",
+            *SWEEP,
+            "--processes",
+            "2",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     first = chunk_path(out / "checkpoint", 0)  # process 1's (process 0 runs chunk 1)
     deadline = time.time() + 300
     while time.time() < deadline and parent.poll() is None and not first.exists():

@@ -18,12 +18,28 @@ from gflow.cli import main
 from gflow.runs import deal
 from gflow.runs.train import TrainConfig, TrainSweep, gather
 
-SMALL = ["--steps", "8", "--num-saves", "5", "--segments", "2", "--seq-len", "6",
-         "--batch", "4", "--eval-batch", "8", "--d-model", "4", "--layers", "2",
-         "--heads", "2"]  # fmt: skip
+SMALL = [
+    "--steps",
+    "8",
+    "--num-saves",
+    "5",
+    "--segments",
+    "2",
+    "--seq-len",
+    "6",
+    "--batch",
+    "4",
+    "--eval-batch",
+    "8",
+    "--d-model",
+    "4",
+    "--layers",
+    "2",
+    "--heads",
+    "2",
+]
 SWEEP = ["train", *SMALL, "--seeds", "2", "--lrs", "0.01,0.005"]
-MEMBERS = ["train_lr0.01_s0", "train_lr0.01_s1", "train_lr0.005_s0",
-           "train_lr0.005_s1"]  # fmt: skip
+MEMBERS = ["train_lr0.01_s0", "train_lr0.01_s1", "train_lr0.005_s0", "train_lr0.005_s1"]
 
 
 # -- the members and their processes -------------------------------------------------
@@ -33,11 +49,17 @@ def test_members_are_named_by_step_size_and_seed():
     cfg = TrainConfig(seed=3, lr=0.02)
     both = TrainSweep(seeds=2, lrs=(0.01, 0.005)).members(cfg)
     assert [n for n, _ in both] == [
-        "train_lr0.01_s3", "train_lr0.01_s4", "train_lr0.005_s3", "train_lr0.005_s4"
-    ]  # fmt: skip
+        "train_lr0.01_s3",
+        "train_lr0.01_s4",
+        "train_lr0.005_s3",
+        "train_lr0.005_s4",
+    ]
     assert [(m.lr, m.seed) for _, m in both] == [
-        (0.01, 3), (0.01, 4), (0.005, 3), (0.005, 4)
-    ]  # fmt: skip
+        (0.01, 3),
+        (0.01, 4),
+        (0.005, 3),
+        (0.005, 4),
+    ]
     assert [n for n, _ in TrainSweep(seeds=2).members(cfg)] == ["train_s3", "train_s4"]
     assert TrainSweep(seeds=2).members(cfg)[1][1].lr == 0.02  # the base step size
     assert [n for n, _ in TrainSweep(lrs=(1 / 3,)).members(cfg)] == [
@@ -71,12 +93,24 @@ def test_workers_start_from_the_configuration_on_disk(tmp_path):
     from gflow.runs.train import TrainRun
 
     for cfg, sweep in (
-        (TrainConfig(lr=0.1 + 0.2, seed=7, d_ff=6, value=True, x64=True,
-                     schedule="warmup-cosine", warmup=0.25), TrainSweep(seeds=3)),
-        (TrainConfig(optimizer="sgd", layernorm=True, residual=True, max_len=80),
-         TrainSweep(lrs=(0.4, 1 / 3))),
+        (
+            TrainConfig(
+                lr=0.1 + 0.2,
+                seed=7,
+                d_ff=6,
+                value=True,
+                x64=True,
+                schedule="warmup-cosine",
+                warmup=0.25,
+            ),
+            TrainSweep(seeds=3),
+        ),
+        (
+            TrainConfig(optimizer="sgd", layernorm=True, residual=True, max_len=80),
+            TrainSweep(lrs=(0.4, 1 / 3)),
+        ),
         (TrainConfig(), TrainSweep(seeds=2, lrs=(0.01,))),
-    ):  # fmt: skip
+    ):
         run = RunDirectory(tmp_path / f"run-{cfg.fingerprint()}-{sweep.seeds}")
         run.write_config("train", TrainRun(cfg, sweep), environment=None)
         back = run.read_config(TrainRun, "train", "--resume")
@@ -89,14 +123,35 @@ def test_text_workers_start_from_the_configuration_on_disk(tmp_path, monkeypatch
 
     monkeypatch.chdir(tmp_path)
     Path("t.json").write_text("{}")  # a tokenizer_file must exist
-    for i, cfg in enumerate((
-        TextConfig(corpus="c.txt", seeds=3, seed=5, lr=0.1 + 0.2, track=("a", "b"),
-                   all_positions=True, positional=True, max_chars=900,
-                   optimizer="adamw", schedule="warmup-cosine", weight_decay=0.05),
-        TextConfig(corpus="c.txt", seeds=2, method="flow", x64=True, batch=4,
-                   optimizer="sgd", clip=1.5, download=True, tokenizer="bpe",
-                   tokenizer_file="t.json"),
-    )):  # fmt: skip
+    for i, cfg in enumerate(
+        (
+            TextConfig(
+                corpus="c.txt",
+                seeds=3,
+                seed=5,
+                lr=0.1 + 0.2,
+                track=("a", "b"),
+                all_positions=True,
+                positional=True,
+                max_chars=900,
+                optimizer="adamw",
+                schedule="warmup-cosine",
+                weight_decay=0.05,
+            ),
+            TextConfig(
+                corpus="c.txt",
+                seeds=2,
+                method="flow",
+                x64=True,
+                batch=4,
+                optimizer="sgd",
+                clip=1.5,
+                download=True,
+                tokenizer="bpe",
+                tokenizer_file="t.json",
+            ),
+        )
+    ):
         run = RunDirectory(tmp_path / f"run-{i}")
         run.write_config("text", cfg, environment=None)
         assert run.read_config(TextConfig, "text", "--resume") == cfg
@@ -118,10 +173,21 @@ def test_text_workers_start_from_the_configuration_on_disk(tmp_path, monkeypatch
         (["--seeds", "0"], "seeds: must be >= 1"),
         (["--seed", str(2**32 - 1), "--seeds", "2"], "seeds: seed + seeds - 1"),
         (["--seeds", "2", "--join-timeout", "5"], "--join-timeout applies only"),
-        (["--seeds", "2", "--coordinator", "h:1", "--num-processes", "2",
-          "--process-id", "1"], "--coordinator: give --out DIR"),
+        (
+            [
+                "--seeds",
+                "2",
+                "--coordinator",
+                "h:1",
+                "--num-processes",
+                "2",
+                "--process-id",
+                "1",
+            ],
+            "--coordinator: give --out DIR",
+        ),
     ],
-)  # fmt: skip
+)
 def test_train_options_refuse_bad_values_in_one_line(tmp_path, capsys, tail, words):
     out = tmp_path / "run"
     argv = ["--quiet", "train", *SMALL, *tail]
@@ -182,10 +248,21 @@ def test_resume_refuses_new_members(tmp_path, capsys):
 
 
 def test_process_0_names_a_member_it_cannot_see(tmp_path):
-    cfg = TrainConfig(steps=2, num_saves=2, segments=1, seq_len=6, batch=2,
-                      eval_batch=8, d_model=2, layers=1, heads=1)  # fmt: skip
-    with pytest.raises(FileNotFoundError, match="member train_s0, run by process 0 "
-                       "of 2: .* has no segment 0.*shares"):  # fmt: skip
+    cfg = TrainConfig(
+        steps=2,
+        num_saves=2,
+        segments=1,
+        seq_len=6,
+        batch=2,
+        eval_batch=8,
+        d_model=2,
+        layers=1,
+        heads=1,
+    )
+    with pytest.raises(
+        FileNotFoundError,
+        match="member train_s0, run by process 0 of 2: .* has no segment 0.*shares",
+    ):
         gather(cfg, TrainSweep(seeds=2), tmp_path, count=2)
 
 
@@ -258,10 +335,21 @@ def test_a_killed_train_worker_ends_the_run_and_it_resumes(one_train, tmp_path):
     segment back and gives the members of an uninterrupted run."""
     out = tmp_path / "run"
     parent = subprocess.Popen(
-        [sys.executable, "-m", "gflow", "--quiet", *SWEEP, "--processes", "2",
-         "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gflow",
+            "--quiet",
+            *SWEEP,
+            "--processes",
+            "2",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = out / "checkpoint" / "train_lr0.01_s1" / "segment-000.npz"  # process 1's
     deadline = time.time() + 300
     while time.time() < deadline and parent.poll() is None and not first.exists():
@@ -305,9 +393,27 @@ def test_text_seeds_over_two_processes_equal_one(tmp_path):
     corpus.write_text(
         " ".join(" ".join(rng.choice(words, 8)) + "." for _ in range(300))
     )
-    text = ["text", "--corpus", str(corpus), "--vocab-size", "8", "--context", "6",
-            "--windows", "32", "--steps", "20", "--adam-steps", "10", "--num-saves",
-            "5", "--num-queries", "2", "--seeds", "2"]  # fmt: skip
+    text = [
+        "text",
+        "--corpus",
+        str(corpus),
+        "--vocab-size",
+        "8",
+        "--context",
+        "6",
+        "--windows",
+        "32",
+        "--steps",
+        "20",
+        "--adam-steps",
+        "10",
+        "--num-saves",
+        "5",
+        "--num-queries",
+        "2",
+        "--seeds",
+        "2",
+    ]
     one, two = tmp_path / "one", tmp_path / "two"
     rc, _, err = _gflow(*text, "--out", str(one))
     assert rc == 0, err

@@ -36,9 +36,14 @@ def _tokens(seed=0, batch=8, length=7):
 def _deep(key=1, **kw):
     opts = dict(OPTIONS, **kw)
     return Transformer.init(
-        d_vocab=4, d_model=4, n_layers=2, n_heads=2, init_scale=0.5,
-        key=jax.random.key(key), **opts,
-    )  # fmt: skip
+        d_vocab=4,
+        d_model=4,
+        n_layers=2,
+        n_heads=2,
+        init_scale=0.5,
+        key=jax.random.key(key),
+        **opts,
+    )
 
 
 def _entropy(p):
@@ -125,9 +130,12 @@ def test_one_layer_model_matches_a_numpy_computation(factorised):
     """Transformer.from_attention_model(AttentionModel): the attention rows are
     softmax(τ e_i W_E W_A W_Eᵀ e_j) over j ≤ i, computed here in NumPy."""
     small = AttentionModel.init(
-        d_vocab=4, d_model=3, init_scale=0.7, key=jax.random.key(2),
+        d_vocab=4,
+        d_model=3,
+        init_scale=0.7,
+        key=jax.random.key(2),
         factorised=factorised,
-    )  # fmt: skip
+    )
     model = Transformer.from_attention_model(small)
     tokens = np.asarray(_tokens(seed=3, batch=16))
     contexts = tokens[:, :-1]
@@ -248,9 +256,14 @@ def test_observables_inside_a_flow_of_a_deep_transformer():
     model = _deep()
     obs = HeadObservables.default(tokens, 4)
     tr = gflow.solve_flow(
-        _NextTokenLoss(tokens), model, t1=0.5, ts=np.linspace(0, 0.5, 4),
-        observables=obs, rtol=1e-8, atol=1e-10,
-    )  # fmt: skip
+        _NextTokenLoss(tokens),
+        model,
+        t1=0.5,
+        ts=np.linspace(0, 0.5, 4),
+        observables=obs,
+        rtol=1e-8,
+        atol=1e-10,
+    )
     assert tr.ok
     q = obs.tracked.shape[0]
     shapes = {
@@ -311,9 +324,14 @@ def test_a_new_sample_does_not_recompile_and_everything_vmaps():
 
 def _deep_from_key(key):
     return Transformer.init(
-        d_vocab=4, d_model=4, n_layers=2, n_heads=2, init_scale=0.5, key=key,
+        d_vocab=4,
+        d_model=4,
+        n_layers=2,
+        n_heads=2,
+        init_scale=0.5,
+        key=key,
         **OPTIONS,
-    )  # fmt: skip
+    )
 
 
 # ---------------------------------------------------------------- stages
@@ -384,8 +402,11 @@ def test_each_head_gets_its_own_stages_at_the_constructed_times():
     stages = detect_head_stages(traj)
     cond, rest = stages[0], stages[1:]
     assert (cond.name, cond.layer, cond.head, cond.t_start) == (
-        "condensation", -1, -1, 0.0,
-    )  # fmt: skip
+        "condensation",
+        -1,
+        -1,
+        0.0,
+    )
     # the first plateau: the loss rate is down to 5% of its peak near 5 ln 20 = 15,
     # long before head (0, 1)'s focus takes the loss lower still
     assert 14.0 <= cond.t_end <= 16.5
@@ -429,9 +450,13 @@ def test_condensation_from_the_unigram_gap_and_the_detector_thresholds():
     stages = detect_head_stages(Trajectory(t=T, metrics=m, final=None))
     # gap ≤ 5% of its initial value from t = 5 ln 20 = 14.98 on
     assert stages[0].to_dict() == {
-        "stage": "condensation", "t_start": 0.0, "t_end": 15.0, "cycle": 1,
-        "layer": -1, "head": -1,
-    }  # fmt: skip
+        "stage": "condensation",
+        "t_start": 0.0,
+        "t_end": 15.0,
+        "cycle": 1,
+        "layer": -1,
+        "head": -1,
+    }
     # a stricter amplitude threshold drops head (1, 0)'s 0.8-nat focus
     strict = detect_head_stages(traj, detector=StageDetector(min_amplitude=1.0))
     assert (1, 0) not in {(s.layer, s.head) for s in strict}
@@ -455,9 +480,13 @@ def test_missing_metrics_and_bad_head_stages_are_refused():
     s = HeadStage("dilution", 1.0, 2.0, 2, 1, 0)
     assert s.stage == "dilution"
     assert s.to_dict() == {
-        "stage": "dilution", "t_start": 1.0, "t_end": 2.0, "cycle": 2,
-        "layer": 1, "head": 0,
-    }  # fmt: skip
+        "stage": "dilution",
+        "t_start": 1.0,
+        "t_end": 2.0,
+        "cycle": 2,
+        "layer": 1,
+        "head": 0,
+    }
 
 
 #: stages.json of ``_head_trajectory()`` as detect_head_stages wrote it when it

@@ -34,9 +34,16 @@ def model():
 def test_a_fixed_stream_is_full_batch_gd(model):
     loss = SequenceLoss(FIXED)
     mini = run_minibatch(
-        loss, model, optax.sgd(0.2), fixed_stream, batch_loss=sequence_loss,
-        steps=12, learning_rate=0.2, key=jax.random.key(0), save_every=3,
-    )  # fmt: skip
+        loss,
+        model,
+        optax.sgd(0.2),
+        fixed_stream,
+        batch_loss=sequence_loss,
+        steps=12,
+        learning_rate=0.2,
+        key=jax.random.key(0),
+        save_every=3,
+    )
     full = run_optimizer(
         loss, model, optax.sgd(0.2), steps=12, save_every=3, learning_rate=0.2
     )
@@ -47,15 +54,27 @@ def test_a_fixed_stream_is_full_batch_gd(model):
 
 @pytest.mark.slow
 def test_pieces_resume_bit_for_bit_and_batches_are_fresh(model):
-    kw = dict(batch_loss=sequence_loss, key=jax.random.key(1), save_every=2,
-              learning_rate=0.1, save_params=True)  # fmt: skip
+    kw = dict(
+        batch_loss=sequence_loss,
+        key=jax.random.key(1),
+        save_every=2,
+        learning_rate=0.1,
+        save_params=True,
+    )
     loss, opt = SequenceLoss(FIXED), optax.adam(0.1)
     whole, state = minibatch_segment(loss, model, opt, fresh_stream, steps=8, **kw)
     a, sa = minibatch_segment(loss, model, opt, fresh_stream, steps=4, **kw)
     b, sb = minibatch_segment(
-        loss, a.final, opt, fresh_stream, steps=4, start=4, t0=a.t[-1],
-        opt_state=sa, **kw,
-    )  # fmt: skip
+        loss,
+        a.final,
+        opt,
+        fresh_stream,
+        steps=4,
+        start=4,
+        t0=a.t[-1],
+        opt_state=sa,
+        **kw,
+    )
     np.testing.assert_array_equal(whole.final.W_E, b.final.W_E)
     np.testing.assert_array_equal(
         np.concatenate([a.metrics["loss"], b.metrics["loss"][1:]]),
@@ -75,27 +94,45 @@ def test_pieces_resume_bit_for_bit_and_batches_are_fresh(model):
 def test_the_clock_sums_a_schedule(model):
     schedule = optax.warmup_cosine_decay_schedule(0.0, 0.2, 3, 10)
     traj = run_minibatch(
-        SequenceLoss(FIXED), model, optax.sgd(schedule), fresh_stream,
-        batch_loss=sequence_loss, steps=10, learning_rate=schedule,
-        key=jax.random.key(0), save_every=5,
-    )  # fmt: skip
+        SequenceLoss(FIXED),
+        model,
+        optax.sgd(schedule),
+        fresh_stream,
+        batch_loss=sequence_loss,
+        steps=10,
+        learning_rate=schedule,
+        key=jax.random.key(0),
+        save_every=5,
+    )
     eta = np.array([schedule(k) for k in range(10)])
     np.testing.assert_allclose(traj.t, [0.0, eta[:5].sum(), eta.sum()], rtol=1e-6)
 
 
 def test_divergence_freezes_the_run(model):
     traj = run_minibatch(
-        SequenceLoss(FIXED), model, optax.sgd(1e12), fresh_stream,
-        batch_loss=sequence_loss, steps=6, learning_rate=1e12,
-        key=jax.random.key(0), save_every=2,
-    )  # fmt: skip
+        SequenceLoss(FIXED),
+        model,
+        optax.sgd(1e12),
+        fresh_stream,
+        batch_loss=sequence_loss,
+        steps=6,
+        learning_rate=1e12,
+        key=jax.random.key(0),
+        save_every=2,
+    )
     assert traj.status == "diverged"
     k = traj.stats["diverged_step"]
     assert k < 6 and np.isnan(traj.metrics["loss"][-1])
     assert np.isfinite(traj.metrics["loss"][0])
     with pytest.raises(ValueError, match="multiple of save_every"):
         minibatch_segment(
-            SequenceLoss(FIXED), model, optax.sgd(0.1), fresh_stream,
-            batch_loss=sequence_loss, key=jax.random.key(0), steps=5, save_every=2,
+            SequenceLoss(FIXED),
+            model,
+            optax.sgd(0.1),
+            fresh_stream,
+            batch_loss=sequence_loss,
+            key=jax.random.key(0),
+            steps=5,
+            save_every=2,
             learning_rate=0.1,
-        )  # fmt: skip
+        )

@@ -34,9 +34,13 @@ def test_init_draws_the_bits_of_op_by_op_draws(dtype):
     want = [0.37 * jax.random.normal(k, s, dtype=dtype) for k, s in shapes]
     for factorised in (True, False):
         m = AttentionModel.init(
-            d_vocab=3, d_model=7, init_scale=0.37, key=key, dtype=dtype,
+            d_vocab=3,
+            d_model=7,
+            init_scale=0.37,
+            key=key,
+            dtype=dtype,
             factorised=factorised,
-        )  # fmt: skip
+        )
         got = [m.W_E, m.W_Q, m.W_K, m.W_P]
         for w, g in zip(want, got):
             if g is None:

@@ -97,9 +97,14 @@ def test_statuses_hold_through_a_stored_program(problem, tmp_path, errors_as_nan
     loss, model = problem
     bad = eqx.tree_at(lambda m: m.W_E, model, model.W_E.at[0, 0].set(jnp.nan))
     out = gflow.solve_flow(
-        loss, bad, t1=3.0, max_steps=50, solver=TSIT5, program_cache=cache,
+        loss,
+        bad,
+        t1=3.0,
+        max_steps=50,
+        solver=TSIT5,
+        program_cache=cache,
         progress=False,
-    )  # fmt: skip
+    )
     assert out.status == "diverged"
     # each static setting is its own program: max_steps 2 and 50, two ts lengths
     assert cache.writes == 2 and len(list(tmp_path.iterdir())) == 2

@@ -291,9 +291,11 @@ def test_union_times_merge_round_off_and_at_times_restrict_to_a_member():
 def test_evaluate_along_recomputes_the_loss_and_gradient_norm_of_each_snapshot():
     w = jnp.asarray([[3.0, 4.0], [0.0, 1.0]])  # two snapshots [n, 2]
     traj = gflow.Trajectory(
-        t=np.array([0.0, 1.0]), metrics={"loss": np.zeros(2)}, final=None,
+        t=np.array([0.0, 1.0]),
+        metrics={"loss": np.zeros(2)},
+        final=None,
         params={"w": w},
-    )  # fmt: skip
+    )
     out = evaluate_along(traj, lambda m: 0.5 * jnp.sum(m["w"] ** 2))
     np.testing.assert_allclose(out.metrics["loss"], [12.5, 0.5])
     np.testing.assert_allclose(out.metrics["grad_norm"], [5.0, 1.0])  # |∇L| = |w|
@@ -307,10 +309,18 @@ def test_run_core_with_a_constant_clock_is_gradient_descent_in_closed_form():
 
     a, eta, w0 = 2.0, 0.1, jnp.asarray([1.0, -2.0])
     t, metrics, snaps, final, bad = run_core(
-        w0, None, optax.sgd(eta).init(w0), lambda w: 0.5 * a * jnp.sum(w**2),
-        optax.sgd(eta), StepClock(eta), None,
-        steps=6, save_every=2, save_params=True, blowup=1e6,
-    )  # fmt: skip
+        w0,
+        None,
+        optax.sgd(eta).init(w0),
+        lambda w: 0.5 * a * jnp.sum(w**2),
+        optax.sgd(eta),
+        StepClock(eta),
+        None,
+        steps=6,
+        save_every=2,
+        save_params=True,
+        blowup=1e6,
+    )
     np.testing.assert_allclose(t, [0.0, 0.2, 0.4, 0.6], rtol=1e-12)
     k = np.array([0, 2, 4, 6])
     expected = (1 - eta * a) ** k[:, None] * np.asarray(w0)
@@ -338,10 +348,14 @@ def test_text_figures_are_drawn_from_the_saved_files(tmp_path):
     rows = np.full((n, 1, d), 1 / d)
     np.savez(tmp_path / "gd_rows.npz", t=np.arange(n), rows=rows, queries=[1])
     metrics = dict(
-        t=np.arange(n), loss=np.linspace(1, 0.5, n), attention_entropy=np.ones(n),
-        query_entropy=np.ones((n, 1)), query_on_top1=np.full((n, 1), 0.3),
-        query_on_self=np.full((n, 1), 0.2), sv_W_E=np.ones((n, 2)),
-    )  # fmt: skip
+        t=np.arange(n),
+        loss=np.linspace(1, 0.5, n),
+        attention_entropy=np.ones(n),
+        query_entropy=np.ones((n, 1)),
+        query_on_top1=np.full((n, 1), 0.3),
+        query_on_self=np.full((n, 1), 0.2),
+        sv_W_E=np.ones((n, 2)),
+    )
     np.savez(tmp_path / "gd_metrics.npz", **metrics)
     rows_png = plot_attention_rows(tmp_path, "gd")
     summary_png = plot_text_summary(tmp_path, ["gd"])
@@ -479,8 +493,10 @@ def test_a_job_splits_into_its_units_and_runs_in_its_context(tmp_path):
 
 
 def _seed_stages(t0):
-    return {"available": True, "stages": [{"stage": "copy", "t_start": t0,
-            "t_end": t0 + 1.0}]}  # fmt: skip
+    return {
+        "available": True,
+        "stages": [{"stage": "copy", "t_start": t0, "t_end": t0 + 1.0}],
+    }
 
 
 def test_stage_times_over_seeds_are_summarised_and_tabled():
@@ -522,8 +538,15 @@ def test_a_text_run_by_hand_writes_the_files_gflow_text_writes(tmp_path):
     from tests.test_text_cli import _story
 
     corpus = _story(tmp_path / "story.txt")
-    cfg = TextConfig(corpus=str(corpus), vocab_size=12, context=4, windows=16,
-                     d_model=4, steps=4, opt_steps=0)  # fmt: skip
+    cfg = TextConfig(
+        corpus=str(corpus),
+        vocab_size=12,
+        context=4,
+        windows=16,
+        d_model=4,
+        steps=4,
+        opt_steps=0,
+    )
     data = prepare(cfg)
     out = write_text_start(tmp_path / "run", cfg, data)
     assert (out / "config.json").exists() and (out / "vocab.json").exists()

@@ -10,8 +10,19 @@ from gflow import load_run
 from gflow.cli import main
 from gflow.runs import ConfigError, FlowConfig, Run, RunDirectory, SweepConfig
 
-TINY = ["--quiet", "flow", "--t1", "1", "--num-saves", "3", "--segments", "2",
-        "--d-model", "4", "--no-figures"]  # fmt: skip
+TINY = [
+    "--quiet",
+    "flow",
+    "--t1",
+    "1",
+    "--num-saves",
+    "3",
+    "--segments",
+    "2",
+    "--d-model",
+    "4",
+    "--no-figures",
+]
 
 
 @pytest.fixture(scope="module")

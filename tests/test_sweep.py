@@ -88,9 +88,13 @@ def test_sequence_loss_members_match_single_runs(all_positions):
     for m, lr in enumerate(lrs):
         steps = int(run.steps[m, -1])
         single = run_optimizer(
-            loss, model, optax.sgd(lr), learning_rate=lr, steps=steps,
+            loss,
+            model,
+            optax.sgd(lr),
+            learning_rate=lr,
+            steps=steps,
             save_every=steps // 2,
-        )  # fmt: skip
+        )
         np.testing.assert_allclose(run.loss[m], single.metrics["loss"], rtol=1e-12)
         assert run.loss[m, -1] < run.loss[m, 0] - 1e-3  # the members moved
         for a, b in zip(

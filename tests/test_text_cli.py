@@ -35,11 +35,31 @@ def test_text_command_writes_run_directory(tmp_path, capsys):
     corpus = _story(tmp_path / "story.txt")
     out = tmp_path / "run"
     status = main(
-        ["--quiet", "text", "--corpus", str(corpus), "--vocab-size", "8",
-         "--context", "6", "--windows", "128", "--steps", "40", "--adam-steps",
-         "20", "--num-saves", "10", "--track", "cat", "--num-queries", "2",
-         "--out", str(out)]
-    )  # fmt: skip
+        [
+            "--quiet",
+            "text",
+            "--corpus",
+            str(corpus),
+            "--vocab-size",
+            "8",
+            "--context",
+            "6",
+            "--windows",
+            "128",
+            "--steps",
+            "40",
+            "--adam-steps",
+            "20",
+            "--num-saves",
+            "10",
+            "--track",
+            "cat",
+            "--num-queries",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert status == 0
     cfg = json.loads((out / "config.json").read_text())
     assert "cat" in cfg["queries"] and cfg["d_vocab"] == 9
@@ -63,13 +83,33 @@ def test_text_command_other_paths_and_no_queries(tmp_path):
     """The flow method, minibatch Adam and the positional model run end to end;
     a run with no tracked query still writes its figures."""
     corpus = _story(tmp_path / "story.txt")
-    base = ["--quiet", "text", "--corpus", str(corpus), "--vocab-size", "8",
-            "--context", "6", "--windows", "64", "--num-saves", "4", "--steps", "8",
-            "--adam-steps", "4", "--num-queries", "0"]  # fmt: skip
+    base = [
+        "--quiet",
+        "text",
+        "--corpus",
+        str(corpus),
+        "--vocab-size",
+        "8",
+        "--context",
+        "6",
+        "--windows",
+        "64",
+        "--num-saves",
+        "4",
+        "--steps",
+        "8",
+        "--adam-steps",
+        "4",
+        "--num-queries",
+        "0",
+    ]
     for i, extra in enumerate(
-        (["--method", "flow", "--track", "cat"], ["--adam-batch", "16"],
-         ["--positional", "--track", "cat"])
-    ):  # fmt: skip
+        (
+            ["--method", "flow", "--track", "cat"],
+            ["--adam-batch", "16"],
+            ["--positional", "--track", "cat"],
+        )
+    ):
         out = tmp_path / f"run{i}"
         assert main([*base, *extra, "--out", str(out)]) == 0, extra
         name = "flow" if "flow" in extra else "gd"
@@ -100,9 +140,15 @@ def test_run_minibatch_matches_a_hand_loop():
     eval_loss = TextLoss(jnp.asarray(stream(jax.random.key(9))))
     key = jax.random.key(2)
     traj = run_minibatch(
-        eval_loss, model, optax.sgd(0.1), stream, steps=3, learning_rate=0.1,
-        key=key, save_every=3,
-    )  # fmt: skip
+        eval_loss,
+        model,
+        optax.sgd(0.1),
+        stream,
+        steps=3,
+        learning_rate=0.1,
+        key=key,
+        save_every=3,
+    )
     m = model
     for k in step_keys(key, 0, 3):  # batch k is stream(fold_in(key, k))
         g = eqx.filter_grad(text_loss)(m, stream(k))
@@ -135,10 +181,32 @@ def test_subword_run_saves_its_tokenizer_and_reuses_it(tmp_path):
     whitespace piece and the paper's rows are tracked by default."""
     pytest.importorskip("tokenizers")
     corpus = DATA / "tinystories" / "sample.txt"
-    base = ["--quiet", "text", "--corpus", str(corpus), "--max-chars", "20000",
-            "--tokenizer", "bpe", "--whitespace", "isolated", "--vocab-size", "300",
-            "--context", "8", "--windows", "32", "--steps", "2", "--adam-steps", "0",
-            "--num-saves", "2", "--num-queries", "1"]  # fmt: skip
+    base = [
+        "--quiet",
+        "text",
+        "--corpus",
+        str(corpus),
+        "--max-chars",
+        "20000",
+        "--tokenizer",
+        "bpe",
+        "--whitespace",
+        "isolated",
+        "--vocab-size",
+        "300",
+        "--context",
+        "8",
+        "--windows",
+        "32",
+        "--steps",
+        "2",
+        "--adam-steps",
+        "0",
+        "--num-saves",
+        "2",
+        "--num-queries",
+        "1",
+    ]
     assert main([*base, "--out", str(tmp_path / "a")]) == 0
     cfg = json.loads((tmp_path / "a" / "config.json").read_text())
     assert "\u2581" in cfg["queries"] and "the" in cfg["queries"]

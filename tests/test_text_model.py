@@ -219,7 +219,7 @@ def test_full_batch_loop_stops_on_divergence(model, windows):
         learning_rate=1e9,
         steps=7,
         num_saves=3,
-    )  # fmt: skip  (shapes of the test above: its compiled loop is reused)
+    )  # the shapes of the test above: its compiled loop is reused
     assert traj.status == "diverged"
     k = traj.stats["diverged_step"]
     saved = np.array([0, 2, 4, 7])
@@ -232,5 +232,11 @@ def test_full_batch_loop_refuses_other_optimizers(model, windows, unchecked):
     from gflow.text import run_full_batch
 
     with pytest.raises(ValueError, match="optimizer must be"):
-        run_full_batch(TextLoss(windows), model, optimizer=Momentum(),
-                       learning_rate=0.1, steps=2, num_saves=1)  # fmt: skip
+        run_full_batch(
+            TextLoss(windows),
+            model,
+            optimizer=Momentum(),
+            learning_rate=0.1,
+            steps=2,
+            num_saves=1,
+        )

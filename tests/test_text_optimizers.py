@@ -31,10 +31,29 @@ def corpus(tmp_path_factory):
 
 
 def _base(corpus):
-    return ["--quiet", "text", "--corpus", str(corpus), "--vocab-size", "8",
-            "--context", "5", "--windows", "32", "--d-model", "4", "--steps", "4",
-            "--num-saves", "2", "--num-queries", "1", "--track", "cat",
-            "--float64"]  # fmt: skip
+    return [
+        "--quiet",
+        "text",
+        "--corpus",
+        str(corpus),
+        "--vocab-size",
+        "8",
+        "--context",
+        "5",
+        "--windows",
+        "32",
+        "--d-model",
+        "4",
+        "--steps",
+        "4",
+        "--num-saves",
+        "2",
+        "--num-queries",
+        "1",
+        "--track",
+        "cat",
+        "--float64",
+    ]
 
 
 def _eta(k, peak, w, total, final):
@@ -60,10 +79,22 @@ def test_warmup_cosine_is_optax_schedule_and_the_clock_sums_it(corpus, tmp_path)
         ref = optax.warmup_cosine_decay_schedule(0.0, 0.3, w, 30, final)(k)
         np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(ours[:30], _eta(k[:30], 0.3, w, 30, final))
-    sched = ["--schedule", "warmup-cosine", "--warmup", "0.25", "--final-lr", "0.01",
-             "--opt-lr", "0.5", "--opt-steps", "8"]  # fmt: skip
-    for name, extra in (("gd_opt", ["--optimizer", "gd"]),
-                        ("sgd", ["--optimizer", "sgd", "--batch", "4"])):  # fmt: skip
+    sched = [
+        "--schedule",
+        "warmup-cosine",
+        "--warmup",
+        "0.25",
+        "--final-lr",
+        "0.01",
+        "--opt-lr",
+        "0.5",
+        "--opt-steps",
+        "8",
+    ]
+    for name, extra in (
+        ("gd_opt", ["--optimizer", "gd"]),
+        ("sgd", ["--optimizer", "sgd", "--batch", "4"]),
+    ):
         out = tmp_path / name
         assert main([*_base(corpus), *sched, *extra, "--out", str(out)]) == 0
         traj = load_trajectory(out, name=name)
@@ -118,10 +149,28 @@ def test_adamw_decay_and_clipping_match_a_hand_written_optax_loop(corpus, tmp_pa
     optax.chain(clip_by_global_norm, adamw(warmup_cosine_decay_schedule)) stepped
     by hand from the run's init, on the fixed sample (--batch 0) and on the same
     minibatches (--batch 4: batch k = stream(fold_in(key(seed + 1), k)))."""
-    arm = ["--optimizer", "adamw", "--weight-decay", "0.3", "--clip", "0.05",
-           "--schedule", "warmup-cosine", "--warmup", "0.34", "--final-lr", "1e-3",
-           "--opt-lr", "0.05", "--opt-steps", "6", "--init-scale", "0.5",
-           "--seed", "2"]  # fmt: skip
+    arm = [
+        "--optimizer",
+        "adamw",
+        "--weight-decay",
+        "0.3",
+        "--clip",
+        "0.05",
+        "--schedule",
+        "warmup-cosine",
+        "--warmup",
+        "0.34",
+        "--final-lr",
+        "1e-3",
+        "--opt-lr",
+        "0.05",
+        "--opt-steps",
+        "6",
+        "--init-scale",
+        "0.5",
+        "--seed",
+        "2",
+    ]
     for batch in (0, 4):
         out = tmp_path / f"b{batch}"
         argv = [*_base(corpus), *arm, "--batch", str(batch), "--out", str(out)]
@@ -150,8 +199,9 @@ def _comparable(out: Path) -> dict:
             continue
         if p.suffix == ".json" and (out / f"{p.stem}_metrics.npz").exists():
             meta = json.loads(p.read_text())
-            meta["stats"] = {k: v for k, v in meta["stats"].items()
-                             if not k.endswith("_s")}  # fmt: skip
+            meta["stats"] = {
+                k: v for k, v in meta["stats"].items() if not k.endswith("_s")
+            }
             files[p.name] = meta
         else:
             files[p.name] = p.read_bytes()
@@ -209,10 +259,22 @@ def test_old_option_names_are_aliases():
     """--adam-lr, --adam-steps and --adam-batch set what --opt-lr, --opt-steps and
     --batch set; by default the arm is Adam at a constant step, named "adam"."""
     parser = build_parser()
-    old = parser.parse_args(["text", "--corpus", "x", "--adam-lr", "0.1",
-                             "--adam-steps", "3", "--adam-batch", "2"])  # fmt: skip
-    new = parser.parse_args(["text", "--corpus", "x", "--opt-lr", "0.1",
-                             "--opt-steps", "3", "--batch", "2"])  # fmt: skip
+    old = parser.parse_args(
+        [
+            "text",
+            "--corpus",
+            "x",
+            "--adam-lr",
+            "0.1",
+            "--adam-steps",
+            "3",
+            "--adam-batch",
+            "2",
+        ]
+    )
+    new = parser.parse_args(
+        ["text", "--corpus", "x", "--opt-lr", "0.1", "--opt-steps", "3", "--batch", "2"]
+    )
     assert (old.opt_lr, old.opt_steps, old.batch) == (0.1, 3, 2)
     assert vars(old) == vars(new)
     cfg = TextConfig(corpus="x")
@@ -227,14 +289,20 @@ def test_old_option_names_are_aliases():
 
 @pytest.mark.parametrize(
     "tail, word",
-    [(["--clip", "-1"], "clip"), (["--warmup", "1"], "warmup"),
-     (["--warmup", "-0.1"], "warmup"), (["--optimizer", "lion"], "optimizer"),
-     (["--schedule", "linear"], "schedule"), (["--seeds", "0"], "seeds"),
-     (["--final-lr=-1e-3"], "final_lr"), (["--weight-decay", "nan"], "weight_decay"),
-     (["--optimizer", "sgd"], "sgd runs on fresh minibatches"),
-     (["--optimizer", "gd", "--batch", "4"], "gd runs on the fixed sample"),
-     (["--seed", str(2**32 - 1), "--seeds", "2"], "seeds")],
-)  # fmt: skip
+    [
+        (["--clip", "-1"], "clip"),
+        (["--warmup", "1"], "warmup"),
+        (["--warmup", "-0.1"], "warmup"),
+        (["--optimizer", "lion"], "optimizer"),
+        (["--schedule", "linear"], "schedule"),
+        (["--seeds", "0"], "seeds"),
+        (["--final-lr=-1e-3"], "final_lr"),
+        (["--weight-decay", "nan"], "weight_decay"),
+        (["--optimizer", "sgd"], "sgd runs on fresh minibatches"),
+        (["--optimizer", "gd", "--batch", "4"], "gd runs on the fixed sample"),
+        (["--seed", str(2**32 - 1), "--seeds", "2"], "seeds"),
+    ],
+)
 def test_bad_optimizer_settings_are_one_line_usage_errors(corpus, tail, word, capsys):
     assert main([*_base(corpus), *tail]) == 2
     err = capsys.readouterr().err

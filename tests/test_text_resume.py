@@ -14,11 +14,33 @@ from tests.test_text_cli import _story
 
 
 def _args(corpus, out):
-    return ["text", "--corpus", str(corpus), "--tokenizer", "bpe",
-            "--vocab-size", "40", "--context", "6", "--windows", "48",
-            "--steps", "12", "--opt-steps", "6", "--num-saves", "3",
-            "--num-queries", "1", "--sharpness-checks", "2", "--seeds", "2",
-            "--out", str(out)]  # fmt: skip
+    return [
+        "text",
+        "--corpus",
+        str(corpus),
+        "--tokenizer",
+        "bpe",
+        "--vocab-size",
+        "40",
+        "--context",
+        "6",
+        "--windows",
+        "48",
+        "--steps",
+        "12",
+        "--opt-steps",
+        "6",
+        "--num-saves",
+        "3",
+        "--num-queries",
+        "1",
+        "--sharpness-checks",
+        "2",
+        "--seeds",
+        "2",
+        "--out",
+        str(out),
+    ]
 
 
 @pytest.mark.slow  # four CLI runs' compilations: ~1 min on 2 cores
@@ -41,8 +63,10 @@ def test_interrupted_text_run_resumes_bit_for_bit(tmp_path, monkeypatch, capsys)
     assert main(_args(corpus, cut)) == 130
     assert "--resume" in capsys.readouterr().err
     assert sorted(p.name for p in (cut / "pieces").iterdir()) == [
-        "adam_s0-000.npz", "gd_s0-000.npz", "gd_s1-000.npz"
-    ]  # fmt: skip
+        "adam_s0-000.npz",
+        "gd_s0-000.npz",
+        "gd_s1-000.npz",
+    ]
     assert (cut / "tokenizer.json").exists() and not (cut / "stages.json").exists()
     monkeypatch.setattr(text_run, "_arm", arm)
 
@@ -89,7 +113,7 @@ def test_resume_refuses_options_and_missing_files(tmp_path, capsys):
                 str(tmp_path / "o"),
             ]
         )
-        == 2  # fmt: skip
+        == 2
     )
     assert err in capsys.readouterr().err
     assert main(["text", "--resume", str(run)]) == 2
@@ -111,9 +135,12 @@ def test_a_piece_of_another_configuration_is_refused(tmp_path):
     from gflow.dynamics import Trajectory
 
     traj = Trajectory(
-        t=np.arange(3.0), metrics={"loss": np.ones(3)}, final=model,
-        info={"seed": 0, "stability": {"ratio": np.float32(0.5)}}, stats={"s": 1.0},
-    )  # fmt: skip
+        t=np.arange(3.0),
+        metrics={"loss": np.ones(3)},
+        final=model,
+        info={"seed": 0, "stability": {"ratio": np.float32(0.5)}},
+        stats={"s": 1.0},
+    )
     pieces = RunPieces(tmp_path, cfg, data)
     assert pieces.load("gd", model) is None
     pieces.save("gd", traj)
@@ -135,5 +162,6 @@ def test_a_piece_of_another_configuration_is_refused(tmp_path):
     other_solver = TextConfig(**{**cfg.__dict__, "solver": "rkc2"})
     assert text_fingerprint(other_solver, data) != text_fingerprint(cfg, data)
     with pytest.raises(ValueError, match="snapshots"):
-        pieces.save("x", Trajectory(t=traj.t, metrics=traj.metrics, final=model,
-                                    params=model))  # fmt: skip
+        pieces.save(
+            "x", Trajectory(t=traj.t, metrics=traj.metrics, final=model, params=model)
+        )

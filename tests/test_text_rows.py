@@ -87,12 +87,40 @@ def test_text_flow_takes_a_stiff_solver(tmp_path):
     finals = {}
     for solver in ("tsit5", "rkc2"):
         out = tmp_path / solver
-        argv = ["--quiet", "text", "--corpus", str(corpus), "--vocab-size", "8",
-                "--context", "6", "--windows", "32", "--method", "flow",
-                "--solver", solver, "--lr", "0.5", "--steps", "40", "--rtol",
-                "1e-8", "--atol", "1e-10", "--opt-steps", "0", "--num-saves", "4",
-                "--num-queries", "1", "--init-scale", "0.1",
-                "--out", str(out)]  # fmt: skip
+        argv = [
+            "--quiet",
+            "text",
+            "--corpus",
+            str(corpus),
+            "--vocab-size",
+            "8",
+            "--context",
+            "6",
+            "--windows",
+            "32",
+            "--method",
+            "flow",
+            "--solver",
+            solver,
+            "--lr",
+            "0.5",
+            "--steps",
+            "40",
+            "--rtol",
+            "1e-8",
+            "--atol",
+            "1e-10",
+            "--opt-steps",
+            "0",
+            "--num-saves",
+            "4",
+            "--num-queries",
+            "1",
+            "--init-scale",
+            "0.1",
+            "--out",
+            str(out),
+        ]
         assert main(argv) == 0
         traj = load_trajectory(out, name="flow")
         assert solver.lower() in json.dumps(traj.info).lower()

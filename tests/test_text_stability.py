@@ -69,10 +69,32 @@ def test_text_command_records_lambda_max_and_warns(tmp_path, capsys):
     corpus.write_text(
         " ".join(" ".join(rng.choice(words, size=6)) + "." for _ in range(200))
     )
-    base = ["text", "--corpus", str(corpus), "--vocab-size", "6", "--context", "4",
-            "--windows", "32", "--d-model", "4", "--init-scale", "0.5", "--steps",
-            "6", "--opt-steps", "0", "--num-saves", "3", "--num-queries", "1",
-            "--sharpness-checks", "3", "--float64"]  # fmt: skip
+    base = [
+        "text",
+        "--corpus",
+        str(corpus),
+        "--vocab-size",
+        "6",
+        "--context",
+        "4",
+        "--windows",
+        "32",
+        "--d-model",
+        "4",
+        "--init-scale",
+        "0.5",
+        "--steps",
+        "6",
+        "--opt-steps",
+        "0",
+        "--num-saves",
+        "3",
+        "--num-queries",
+        "1",
+        "--sharpness-checks",
+        "3",
+        "--float64",
+    ]
     assert main(["--quiet", *base, "--lr", "0.01", "--out", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
     assert "η·λ_max/2 ≤" in out and "warning" not in out

@@ -22,12 +22,42 @@ def test_text_command_runs_a_two_layer_transformer(tmp_path, capsys):
         " ".join(" ".join(rng.choice(words, size=6)) + "." for _ in range(200))
     )
     out = tmp_path / "run"
-    argv = ["--quiet", "text", "--corpus", str(corpus), "--vocab-size", "6",
-            "--context", "4", "--windows", "32", "--d-model", "4", "--model",
-            "transformer", "--layers", "2", "--heads", "2", "--init-scale", "0.3",
-            "--lr", "0.1", "--steps", "8", "--opt-steps", "4", "--num-saves", "2",
-            "--num-queries", "1", "--sharpness-checks", "2",
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        "--quiet",
+        "text",
+        "--corpus",
+        str(corpus),
+        "--vocab-size",
+        "6",
+        "--context",
+        "4",
+        "--windows",
+        "32",
+        "--d-model",
+        "4",
+        "--model",
+        "transformer",
+        "--layers",
+        "2",
+        "--heads",
+        "2",
+        "--init-scale",
+        "0.3",
+        "--lr",
+        "0.1",
+        "--steps",
+        "8",
+        "--opt-steps",
+        "4",
+        "--num-saves",
+        "2",
+        "--num-queries",
+        "1",
+        "--sharpness-checks",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     assert "η·λ_max/2" in capsys.readouterr().out
     meta = json.loads((out / "gd.json").read_text())

@@ -203,11 +203,23 @@ def test_the_counts_form_of_text_loss_is_guarded_under_jit():
 
 def test_gradient_descent_on_bad_tokens_under_jit_diverges():
     model = MODELS["attention dense"][0]
-    good = run_optimizer(SequenceLoss(GOOD), model, optax.sgd(0.1), steps=4,
-                         save_every=2, learning_rate=0.1)  # fmt: skip
+    good = run_optimizer(
+        SequenceLoss(GOOD),
+        model,
+        optax.sgd(0.1),
+        steps=4,
+        save_every=2,
+        learning_rate=0.1,
+    )
     assert good.status == "success"
-    traj = run_optimizer(SequenceLoss(BAD["target = d"][0]), model, optax.sgd(0.1),
-                         steps=4, save_every=2, learning_rate=0.1)  # fmt: skip
+    traj = run_optimizer(
+        SequenceLoss(BAD["target = d"][0]),
+        model,
+        optax.sgd(0.1),
+        steps=4,
+        save_every=2,
+        learning_rate=0.1,
+    )
     assert traj.status == "diverged" and traj.stats["diverged_step"] == 0
 
 
@@ -223,6 +235,7 @@ def test_a_minibatch_run_on_a_stream_of_bad_ids_diverges(text):
     if text:
         traj = run_text_minibatch(eval_loss, model, optax.sgd(0.1), stream, **kw)
     else:
-        traj = run_minibatch(eval_loss, model, optax.sgd(0.1), stream,
-                             batch_loss=sequence_loss, **kw)  # fmt: skip
+        traj = run_minibatch(
+            eval_loss, model, optax.sgd(0.1), stream, batch_loss=sequence_loss, **kw
+        )
     assert traj.status == "diverged" and traj.stats["diverged_step"] == 0

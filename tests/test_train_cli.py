@@ -10,11 +10,39 @@ from gflow import load_run, write_report
 from gflow.cli import main
 from gflow.problems import Transformer
 
-SMALL = ["--steps", "8", "--num-saves", "5", "--segments", "2", "--seq-len", "6",
-         "--batch", "4", "--eval-batch", "8", "--d-model", "4", "--layers", "2",
-         "--heads", "2"]  # fmt: skip
-ALL_ON = ["--d-ff", "6", "--value", "--layernorm", "--residual", "--max-len", "8",
-          "--init-scale", "0.3", "--seed", "3"]  # fmt: skip
+SMALL = [
+    "--steps",
+    "8",
+    "--num-saves",
+    "5",
+    "--segments",
+    "2",
+    "--seq-len",
+    "6",
+    "--batch",
+    "4",
+    "--eval-batch",
+    "8",
+    "--d-model",
+    "4",
+    "--layers",
+    "2",
+    "--heads",
+    "2",
+]
+ALL_ON = [
+    "--d-ff",
+    "6",
+    "--value",
+    "--layernorm",
+    "--residual",
+    "--max-len",
+    "8",
+    "--init-scale",
+    "0.3",
+    "--seed",
+    "3",
+]
 
 
 def _metrics(run_dir):
@@ -25,10 +53,27 @@ def _metrics(run_dir):
 @pytest.fixture(scope="module")
 def adamw_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("train") / "run"
-    argv = ["--quiet", "train", *SMALL, *ALL_ON, "--optimizer", "adamw", "--lr",
-            "0.01", "--schedule", "warmup-cosine", "--warmup", "0.25",
-            "--weight-decay", "0.1", "--beta", "0.8", "--float64",
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        "--quiet",
+        "train",
+        *SMALL,
+        *ALL_ON,
+        "--optimizer",
+        "adamw",
+        "--lr",
+        "0.01",
+        "--schedule",
+        "warmup-cosine",
+        "--warmup",
+        "0.25",
+        "--weight-decay",
+        "0.1",
+        "--beta",
+        "0.8",
+        "--float64",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     return out
 
@@ -36,9 +81,16 @@ def adamw_run(tmp_path_factory):
 @pytest.mark.slow
 def test_run_directory_holds_a_deep_model_and_per_head_stages(adamw_run):
     names = {p.name for p in adamw_run.iterdir()}
-    assert {"config.json", "train.json", "train_metrics.npz", "train_params.eqx",
-            "stages.json", "loss.png", "head_entropy.png",
-            "attention.png"} <= names  # fmt: skip
+    assert {
+        "config.json",
+        "train.json",
+        "train_metrics.npz",
+        "train_params.eqx",
+        "stages.json",
+        "loss.png",
+        "head_entropy.png",
+        "attention.png",
+    } <= names
     cfg = json.loads((adamw_run / "config.json").read_text())
     assert cfg["command"] == "train" and cfg["config"]["weight_decay"] == 0.1
     assert cfg["config"]["beta"] == 0.8 and cfg["config"]["warmup"] == 0.25
@@ -109,8 +161,17 @@ def test_text_data(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(" ".join(["the cat sat on the mat and the dog ran"] * 40))
     out = tmp_path / "run"
-    argv = ["--quiet", "train", *SMALL, "--data", str(corpus), "--vocab-size", "5",
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        "--quiet",
+        "train",
+        *SMALL,
+        "--data",
+        str(corpus),
+        "--vocab-size",
+        "5",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["d_vocab"] == 6 and "unigram_loss" in cfg["references"]  # 5 + <unk>
@@ -128,9 +189,23 @@ def test_a_gpt_block_trains_on_a_bpe_vocabulary(tmp_path, whitespace):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(" ".join(["the cat sat on the mat and the dog ran"] * 40))
     out = tmp_path / "run"
-    argv = ["--quiet", "train", *SMALL, *ALL_ON, "--data", str(corpus),
-            "--tokenizer", "bpe", "--whitespace", whitespace, "--vocab-size", "40",
-            "--no-figures", "--out", str(out)]  # fmt: skip
+    argv = [
+        "--quiet",
+        "train",
+        *SMALL,
+        *ALL_ON,
+        "--data",
+        str(corpus),
+        "--tokenizer",
+        "bpe",
+        "--whitespace",
+        whitespace,
+        "--vocab-size",
+        "40",
+        "--no-figures",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["config"]["tokenizer"] == "bpe"

@@ -21,9 +21,14 @@ def _deep(key=1, **kw):
     opts = dict(d_ff=8, value=True, layernorm=True, residual=True, max_len=16)
     opts.update(kw)
     return Transformer.init(
-        d_vocab=4, d_model=4, n_layers=2, n_heads=2, init_scale=0.5,
-        key=jax.random.key(key), **opts,
-    )  # fmt: skip
+        d_vocab=4,
+        d_model=4,
+        n_layers=2,
+        n_heads=2,
+        init_scale=0.5,
+        key=jax.random.key(key),
+        **opts,
+    )
 
 
 def _ce(logits, target):
@@ -88,8 +93,13 @@ def test_every_option_is_present_and_moves_the_output():
     assert base.ln_final is not None and block.ln_attn is not None
     context = _tokens(batch=1)[0, :-1]
     out = base(context)
-    for opts in ({"d_ff": None}, {"value": False}, {"layernorm": False},
-                 {"residual": False}, {"max_len": None}):  # fmt: skip
+    for opts in (
+        {"d_ff": None},
+        {"value": False},
+        {"layernorm": False},
+        {"residual": False},
+        {"max_len": None},
+    ):
         assert not np.allclose(_deep(**opts)(context), out), opts
     # positions matter only with max_len: permuting the tokens before the last one
     # changes the output with learned positions and leaves it without
@@ -97,9 +107,16 @@ def test_every_option_is_present_and_moves_the_output():
     perm = jnp.array([3, 2, 1, 0, 1, 0])
     assert not np.allclose(base(perm), base(context))
     flat = Transformer.init(
-        d_vocab=4, d_model=4, n_heads=2, init_scale=0.5, key=jax.random.key(1),
-        d_ff=8, value=True, layernorm=True, residual=True,
-    )  # fmt: skip
+        d_vocab=4,
+        d_model=4,
+        n_heads=2,
+        init_scale=0.5,
+        key=jax.random.key(1),
+        d_ff=8,
+        value=True,
+        layernorm=True,
+        residual=True,
+    )
     np.testing.assert_allclose(flat(perm), flat(context), rtol=1e-12)
     with pytest.raises(ValueError, match="longer than max_len"):
         base(jnp.zeros(17, int))
