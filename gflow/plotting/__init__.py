@@ -1,7 +1,8 @@
 """Figures of runs; the only package that imports matplotlib.
 
 Public names, by concept: the shared figure helpers (``plt`` with the
-non-interactive backend already chosen); figures of stages, heads, sweeps,
+non-interactive backend already chosen) and style (``STAGE_COLOURS``, the one
+stage palette of every figure); figures of stages, heads, sweeps,
 monitors and text runs; the paper's figures.
 """
 
@@ -10,6 +11,7 @@ from gflow.plotting.figure import plain_log_ticks as plain_log_ticks
 from gflow.plotting.figure import plt as plt
 from gflow.plotting.figure import save_figure as save_figure
 from gflow.plotting.stages import stage_legend as stage_legend
+from gflow.plotting.style import STAGE_COLOURS as STAGE_COLOURS
 
 # Figures of runs
 from gflow.plotting.heads import plot_attention_maps as plot_attention_maps
@@ -33,6 +35,7 @@ from gflow.plotting.paper import row_norms as row_norms
 from gflow.plotting.paper import stage_boundaries as stage_boundaries
 
 __all__ = [
+    "STAGE_COLOURS",
     "block_singular_values",
     "embedding_pca",
     "entropy_extrema",

@@ -11,8 +11,17 @@ from jaxtyping import ArrayLike, Int
 
 from gflow.analysis.stage import Stage
 from gflow.dynamics.trajectory import Trajectory
-from gflow.plotting.figure import plt, save_figure
-from gflow.plotting.stages import shade_stages, stage_legend
+from gflow.plotting.figure import layout, plt, save_figure
+from gflow.plotting.stages import stage_legend
+from gflow.plotting.style import (
+    DOC_WIDTH,
+    clock_label,
+    settings_line,
+    settings_text,
+    stage_lanes,
+    styled,
+    time_axis,
+)
 from gflow.problems.transformer import Transformer
 
 
@@ -20,7 +29,7 @@ def _grid(n_layers: int, n_heads: int, *, width: float, height: float):
     fig, axes = plt.subplots(
         n_layers,
         n_heads,
-        figsize=(width * n_heads, height * n_layers),
+        figsize=(max(DOC_WIDTH, width * n_heads), height * n_layers + 1.0),
         squeeze=False,
         sharex=True,
         sharey=True,
@@ -28,6 +37,7 @@ def _grid(n_layers: int, n_heads: int, *, width: float, height: float):
     return fig, axes
 
 
+@styled
 def plot_head_entropy(
     traj: Trajectory,
     path: str | os.PathLike,
@@ -35,10 +45,12 @@ def plot_head_entropy(
     stages: Sequence[Stage] | None = None,
     title: str = "",
 ) -> None:
-    """Each head's last-position attention entropy over the flow clock t.
+    """Each head's last-position attention entropy over the run's clock.
 
     One panel per layer (rows) and head (columns); a head's own stages and the
-    global condensation (layer = head = -1) are shaded.
+    global condensation (layer = head = -1) in lanes above its panel. The x axis
+    is named by the clock (``traj.info``): the flow time for a flow, t = Σ η for
+    an optimizer (``gflow train``), on a log scale when the run spans decades.
 
     Args:
         traj: a run with the ``head_entropy`` metric [n, l, h] (``HeadObservables``).
@@ -52,25 +64,28 @@ def plot_head_entropy(
     ent = np.asarray(traj.metrics["head_entropy"], float)  # [n, l, h]
     n_layers, n_heads = ent.shape[1:3]
     fig, axes = _grid(n_layers, n_heads, width=3.2, height=2.4)
+    time_axis(axes[0, 0], t)  # the panels share x
     for layer in range(n_layers):
         for head in range(n_heads):
             ax = axes[layer, head]
             ax.plot(t, ent[:, layer, head], color="k", lw=1.2)
-            ax.set_title(f"layer {layer}, head {head}", fontsize=9)
+            ax.set_title(f"layer {layer}, head {head}")
             if stages:
                 mine = [
                     s for s in stages if (s.layer, s.head) in ((layer, head), (-1, -1))
                 ]
-                shade_stages(ax, mine)
+                stage_lanes(ax, mine)
             if head == 0:
                 ax.set_ylabel("entropy (nats)")
             if layer == n_layers - 1:
-                ax.set_xlabel("flow time t")
+                ax.set_xlabel(clock_label(traj.info))
     stage_legend(fig, {s.name for s in stages or ()})
     fig.suptitle(title or "last-position attention entropy per head")
+    settings_line(fig, settings_text(traj.info))
     save_figure(fig, path)
 
 
+@styled
 def plot_attention_maps(
     model: Transformer,
     context: Int[ArrayLike, " s"],
@@ -98,7 +113,7 @@ def plot_attention_maps(
             image = ax.imshow(
                 attn[layer, head], vmin=0.0, vmax=1.0, cmap="viridis", origin="upper"
             )
-            ax.set_title(f"layer {layer}, head {head}", fontsize=9)
+            ax.set_title(f"layer {layer}, head {head}")
             if s <= 32:
                 ax.set_xticks(range(s), [str(x) for x in context], fontsize=6)
                 ax.set_yticks(range(s), [str(x) for x in context], fontsize=6)
@@ -107,6 +122,7 @@ def plot_attention_maps(
             if layer == n_layers - 1:
                 ax.set_xlabel("key")
     fig.suptitle(title or "attention weights")
-    fig.tight_layout()
+    settings_line(fig)
+    layout(fig)  # before the colorbar, which takes its room from the panels
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="weight")
     save_figure(fig, path)

@@ -27,8 +27,27 @@ import numpy as np
 
 from gflow.analysis.stages import StageDetector, turning_points
 from gflow.dynamics.trajectory import Trajectory
-from gflow.plotting.figure import plt, save_figure
-from gflow.plotting.stages import shade_stages, stage_legend
+from gflow.plotting.figure import layout, plt, save_figure
+from gflow.plotting.stages import mark_stages, stage_legend
+from gflow.plotting.style import (
+    DOC_WIDTH,
+    PANEL_HEIGHT,
+    STAGE_COLOURS,
+    clock_label,
+    outside_legend,
+    settings_line,
+    settings_text,
+    styled,
+    time_axis,
+)
+
+#: the blocks' names in mathtext
+_BLOCK_LABELS = {
+    "W_P": "$W_P$",
+    "W_Q": "$W_Q$",
+    "W_K": "$W_K$",
+    "W_QK": r"$W_Q W_K^{\top}$",
+}
 
 
 def _snapshots(traj: Trajectory) -> dict[str, np.ndarray]:
@@ -77,6 +96,7 @@ def block_singular_values(traj: Trajectory) -> dict[str, np.ndarray]:
     }
 
 
+@styled
 def plot_singular_values(
     traj: Trajectory, path, *, stages=(), k: int = 4, title: str = "singular values"
 ) -> Path:
@@ -84,17 +104,22 @@ def plot_singular_values(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     svs = block_singular_values(traj)
-    fig, axes = plt.subplots(len(svs), 1, figsize=(8, 2.4 * len(svs)), sharex=True)
-    for ax, (name, sv) in zip(np.atleast_1d(axes), svs.items()):
-        for j in range(min(k, sv.shape[1])):
-            ax.semilogy(traj.t, np.maximum(sv[:, j], 1e-300), label=f"σ{j + 1}")
-        ax.set_ylabel(name)
-        ax.legend(loc="lower right", fontsize=7, ncol=k)
-        shade_stages(ax, stages)
+    fig, axes = plt.subplots(
+        len(svs), 1, figsize=(DOC_WIDTH, PANEL_HEIGHT * len(svs) + 1.0), sharex=True
+    )
     axes = np.atleast_1d(axes)
-    axes[0].set_title(title)
-    axes[-1].set_xlabel("flow time t")
+    for ax, (name, sv) in zip(axes, svs.items()):
+        for j in range(min(k, sv.shape[1])):
+            ax.semilogy(
+                traj.t, np.maximum(sv[:, j], 1e-300), label=rf"$\sigma_{{{j + 1}}}$"
+            )
+        ax.set_ylabel(f"{_BLOCK_LABELS[name]}\nsingular values")
+    outside_legend(axes[0])  # the same σ_k colours in every panel
+    axes[0].set_title(title, loc="left")
+    time_axis(axes[-1], traj.t, label=clock_label(traj.info))
+    mark_stages(axes, stages)
     stage_legend(fig, [s.name for s in stages])  # save_figure leaves room for it
+    settings_line(fig, settings_text(traj.info))
     save_figure(fig, path)
     return Path(path)
 
@@ -115,8 +140,9 @@ def stage_boundaries(traj: Trajectory, stages) -> list[tuple[str, int]]:
     return out
 
 
+@styled
 def plot_attention_heatmaps(
-    traj: Trajectory, stages, path, *, title: str = "attention a_ik"
+    traj: Trajectory, stages, path, *, title: str = "attention $a_{ik}$"
 ) -> Path:
     """Heat maps of the population attention (query i: row, key k: column) at the
     boundaries of ``stage_boundaries``; each row sums to 1."""
@@ -126,8 +152,15 @@ def plot_attention_heatmaps(
     marks = stage_boundaries(traj, stages)
     cols = min(len(marks), 4)
     rows = -(-len(marks) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.6 * rows))
-    axes = np.atleast_1d(axes).ravel()
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(min(DOC_WIDTH, 2.0 * cols + 1.0), 2.0 * rows + 0.9),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
+    axes = axes.ravel()
     d = attn.shape[1]
     for ax, (label, i) in zip(axes, marks):
         im = ax.imshow(attn[i], vmin=0.0, vmax=1.0, cmap="viridis")
@@ -144,17 +177,18 @@ def plot_attention_heatmaps(
                     fontsize=7,
                     color=colour,
                 )
-        ax.set_title(f"{label}\nt = {traj.t[i]:g}", fontsize=8)
+        ax.set_title(f"{label}\nt = {traj.t[i]:.3g}", fontsize=8)
         ax.set_xticks(range(d))
         ax.set_yticks(range(d))
-        ax.set_xlabel("key token", fontsize=7)
+        ax.set_xlabel("key token $k$")
     for ax in axes[::cols]:
-        ax.set_ylabel("query token", fontsize=7)
+        ax.set_ylabel("query token $i$")
     for ax in axes[len(marks) :]:
         ax.axis("off")
     fig.suptitle(title)
-    fig.tight_layout()  # before the colorbar, which takes its room from the panels
-    fig.colorbar(im, ax=list(axes[: len(marks)]), shrink=0.6)
+    settings_line(fig, settings_text(traj.info))
+    layout(fig)  # before the colorbar, which takes its room from the panels
+    fig.colorbar(im, ax=list(axes[: len(marks)]), shrink=0.6, label="$a_{ik}$")
     save_figure(fig, path)
     return Path(path)
 
@@ -178,23 +212,39 @@ def embedding_pca(traj: Trajectory, k: int = 2) -> tuple[np.ndarray, np.ndarray]
     return (X @ Vt[:k].T).reshape(n, d, k), ratio
 
 
+@styled
 def plot_embedding_pca(
     traj: Trajectory, path, *, stages=(), title: str = "embedding rows, PCA"
 ) -> Path:
     """Each token's embedding row over time in the plane of the top two principal
-    axes; dots mark the stage starts, a square the end."""
+    axes; a circle marks t0, dots in the stage colours each stage's start, a square
+    the end (the legend says which)."""
     coords, ratio = embedding_pca(traj, k=2)
-    fig, ax = plt.subplots(figsize=(6, 5))
+    fig, ax = plt.subplots(figsize=(DOC_WIDTH, 4.6))
     t = np.asarray(traj.t, float)
-    starts = [int(np.argmin(np.abs(t - s.t_start))) for s in stages]
     for i in range(coords.shape[1]):
         (line,) = ax.plot(coords[:, i, 0], coords[:, i, 1], lw=1.2, label=f"token {i}")
-        ax.plot(*coords[starts, i].T, "o", ms=3, color=line.get_color())
+        ax.plot(*coords[0, i], "o", ms=5, mfc="none", color=line.get_color())
         ax.plot(*coords[-1, i], "s", ms=5, color=line.get_color())
+        for s in stages:
+            j = int(np.argmin(np.abs(t - s.t_start)))
+            ax.plot(*coords[j, i], "o", ms=4, color=STAGE_COLOURS[s.name])
+    handles, labels = ax.get_legend_handles_labels()
+    handles += [
+        plt.Line2D([], [], ls="none", marker="o", mfc="none", color="k"),
+        plt.Line2D([], [], ls="none", marker="s", color="k"),
+    ]
+    labels += [f"t0 = {t[0]:g}", f"end, t = {t[-1]:.3g}"]
+    for name in dict.fromkeys(s.name for s in stages):
+        handles.append(
+            plt.Line2D([], [], ls="none", marker="o", color=STAGE_COLOURS[name])
+        )
+        labels.append(f"{name.replace('_', ' ')} starts")
     ax.set_xlabel(f"PC1 ({100 * ratio[0]:.1f}% of variance)")
     ax.set_ylabel(f"PC2 ({100 * ratio[1]:.1f}%)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.set_title(title, loc="left")
+    outside_legend(ax, handles=handles, labels=labels)
+    settings_line(fig, settings_text(traj.info))
     save_figure(fig, path)
     return Path(path)
 
@@ -204,6 +254,7 @@ def row_norms(traj: Trajectory) -> np.ndarray:
     return np.linalg.norm(_snapshots(traj)["W_E"], axis=-1)
 
 
+@styled
 def plot_row_norms(
     traj: Trajectory, path, *, pi, stages=(), title: str = "embedding row norms"
 ) -> Path:
@@ -212,21 +263,23 @@ def plot_row_norms(
     norms = row_norms(traj)
     pi = _pi(pi, norms.shape[1])
     top = int(np.argmax(pi))
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(DOC_WIDTH, 3.6))
     for i in range(norms.shape[1]):
         ax.semilogy(
             traj.t,
             norms[:, i],
             ls=":" if i == top else "-",
-            label=f"token {i} (π = {pi[i]:.2g})",
+            label=rf"token {i} ($\pi_{{{i}}}$ = {pi[i]:.2g})",
         )
     low = np.sqrt(np.sum(np.delete(norms, top, axis=1) ** 2, axis=1))
     ax.semilogy(traj.t, low, color="k", lw=2, label="low-frequency rows, joint")
-    shade_stages(ax, stages, labels=True)
-    ax.set_xlabel("flow time t")
-    ax.set_ylabel("|W_E[i]|")
-    ax.set_title(title)
-    ax.legend(fontsize=7, loc="lower right")
+    time_axis(ax, traj.t, label=clock_label(traj.info))
+    mark_stages(ax, stages)
+    ax.set_ylabel(r"$\|W_E[i]\|$")
+    ax.set_title(title, loc="left")
+    outside_legend(ax)
+    stage_legend(fig, [s.name for s in stages])
+    settings_line(fig, settings_text(traj.info, π=np.round(pi, 3).tolist()))
     save_figure(fig, path)
     return Path(path)
 
@@ -256,28 +309,43 @@ def entropy_extrema(
     ]
 
 
+@styled
 def plot_entropy_cycles(
     traj: Trajectory, stages, path, *, title: str = "attention entropy"
 ) -> Path:
-    """The π-weighted attention entropy over every cycle, stages shaded and labelled,
-    its significant extrema marked."""
+    """The π-weighted attention entropy over every cycle, the stages in lanes above
+    it (named in the stage legend), its significant extrema marked with their
+    values (the legend says which marker is which)."""
     ent = _metric(traj, "attention_entropy")
-    fig, ax = plt.subplots(figsize=(9, 4))
-    ax.plot(traj.t, ent, color="tab:purple")
-    for time, value, kind in entropy_extrema(traj.t, ent):
-        ax.plot(time, value, "v" if kind == "min" else "^", color="k")
+    fig, ax = plt.subplots(figsize=(DOC_WIDTH, 3.6))
+    ax.plot(traj.t, ent, color="k", label="entropy")
+    extrema = entropy_extrema(traj.t, ent)
+    for kind, marker, name in (("min", "v", "minimum"), ("max", "^", "maximum")):
+        points = [(time, value) for time, value, k in extrema if k == kind]
+        if points:
+            ax.plot(
+                *zip(*points),
+                marker,
+                ls="none",
+                color="0.35",
+                label=f"{name} (value in nats)",
+            )
+    for time, value, kind in extrema:
         ax.annotate(
             f"{value:.3f}",
             (time, value),
             textcoords="offset points",
             xytext=(4, -12 if kind == "min" else 6),
-            fontsize=8,
+            fontsize=7,
         )
-    shade_stages(ax, stages, labels=True)
-    ax.set_xlabel("flow time t")
-    ax.set_ylabel("Σ_i π_i H(a_i·) (nats)")
-    ax.set_title(title)
+    ax.margins(y=0.2)  # room inside the data area for the values of the extrema
+    time_axis(ax, traj.t, label=clock_label(traj.info))
+    mark_stages(ax, stages)
+    ax.set_ylabel(r"$\sum_i \pi_i H(a_{i\cdot})$ (nats)")
+    ax.set_title(title, loc="left")
+    outside_legend(ax)
     stage_legend(fig, [s.name for s in stages])  # save_figure leaves room for it
+    settings_line(fig, settings_text(traj.info))
     save_figure(fig, path)
     return Path(path)
 
