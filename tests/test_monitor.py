@@ -133,10 +133,19 @@ def test_files_hold_what_the_monitor_saw(markov_run):
 def test_report_renders_a_monitor_directory(markov_run, tmp_path):
     out, mon = markov_run
     res = subprocess.run(
-        [sys.executable, "-m", "gflow", "report", str(out), "--out",
-         str(tmp_path / "r.html")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gflow",
+            "report",
+            str(out),
+            "--out",
+            str(tmp_path / "r.html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     page = (tmp_path / "r.html").read_text()
     assert "Monitor events" in page and "monitor.png" in page
@@ -371,8 +380,10 @@ def test_a_killed_loop_keeps_its_rows_and_events_and_resumes(tmp_path, markov_ru
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_KILLED.format(out=str(out)))],
         cwd=os.path.dirname(os.path.dirname(__file__)),
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     traj, events, _ = gflow.load_monitor(out)
     assert traj.t.size == 100  # nothing lost: every observation made is on disk

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from gflow.plotting.figure import plt, save_figure
@@ -166,7 +168,7 @@ def plot_departures(result: dict, path, *, title: str = "") -> None:
 
 
 @styled
-def plot_comparison(cmp: dict, run, ref, path, *, title: str = "") -> None:
+def plot_comparison(cmp: Mapping, run, ref, path, *, title: str = "") -> None:
     """Distance per block, loss of both runs and attention drift against t."""
     fig, axes = plt.subplots(
         3, 1, figsize=(DOC_WIDTH, 3 * PANEL_HEIGHT + 1.0), sharex=True

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from gflow.analysis.compare import compare
+from gflow.analysis.compare import Comparison, compare
 from gflow.analysis.observables import MarkovObservables
 from gflow.dynamics import optimizer_run
 from gflow.dynamics.flow import solve_flow
@@ -105,9 +105,9 @@ class CompareResult:
     plan: ComparePlan
     optimizer: Trajectory
     flow: Trajectory
-    comparison: dict
+    comparison: Comparison
     central: Trajectory | None = None
-    central_comparison: dict | None = None
+    central_comparison: Comparison | None = None
 
 
 class CompareJob(AbstractJob[CompareConfig]):
