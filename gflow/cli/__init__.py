@@ -9,7 +9,7 @@ from gflow.cli.errors import UsageError as UsageError
 
 # Option types, config files and the options a job is run with.
 from gflow.cli.common import floats as floats
-from gflow.cli.common import load_config_file as load_config_file
+from gflow.cli.options import load_config_file as load_config_file
 from gflow.cli.common import out_dir as out_dir
 from gflow.cli.common import out_file as out_file
 from gflow.cli.common import run_dir_arg as run_dir_arg

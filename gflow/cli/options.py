@@ -99,25 +99,33 @@ def _flag_of(job: AbstractJob) -> dict[str, str]:
     return {o.path: o.flag for o in job.config_type.options()}
 
 
-def _config_file(path: Path, cls: type[AbstractConfig]) -> dict:
-    """The settings of ``--config FILE`` (a run's config.json works as well)."""
+def load_config_file(
+    path: Path, cls: type[AbstractConfig], option: str = "--config"
+) -> dict:
+    """The settings of a JSON file of ``cls`` fields (a run's config.json works as
+    well), checked for unknown keys and JSON types; UsageError naming ``option``,
+    the file and the fix. (Values of the right type are the configuration's to
+    validate.)"""
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or "not a UTF-8 text file"
         raise UsageError(
-            f"--config: cannot read config file {path}: {why}; give a JSON file"
+            f"{option}: cannot read config file {path}: {why}; give a JSON file"
         ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise UsageError(
-            f"--config: config file {path} is not valid JSON (line {e.lineno}, column "
+            f"{option}: config file {path} is not valid JSON (line {e.lineno}, column "
             f"{e.colno}: {e.msg}); fix the file or pass the settings as options"
         ) from None
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
         data = cls.document_settings(data)  # a run's config.json
-    cls.check_json(data, f"--config: config file {path}")
+    try:
+        cls.check_json(data, f"{option}: config file {path}")
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
     return data
 
 
@@ -161,7 +169,7 @@ def resolve(job: AbstractJob, args) -> Request:
         return Request(
             job.resume(saved, directory), Path(args.resume), True, frozenset(options)
         )
-    base = {} if args.config is None else _config_file(args.config, job.config_type)
+    base = {} if args.config is None else load_config_file(args.config, job.config_type)
     try:
         cfg = job.config_type.with_options(base, options)
     except ConfigError as e:
