@@ -83,6 +83,7 @@ def _refused_naming(rc, err, command, *paths):
     assert "delete that file" in err[0] and "Traceback" not in err[0]
 
 
+@pytest.mark.slow  # in CI's slow steps (.ci/run): keeps the default suite near 3 min; tests/test_checkpoint.py checks the pieces in the default run
 @pytest.mark.parametrize("kind", DAMAGE)
 @pytest.mark.parametrize(
     "command, piece, other",
@@ -187,6 +188,7 @@ def _damage(data: st.DataObject, run: Path) -> tuple[str, list[Path]]:
     return kind, [path]
 
 
+@pytest.mark.slow  # in CI's slow steps (.ci/run): keeps the default suite near 3 min
 @settings(max_examples=20, deadline=None, database=None)
 @given(data=st.data())
 def test_fuzzed_damage_resumes_correctly_or_is_refused_in_one_line(flow_run, data):

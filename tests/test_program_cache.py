@@ -61,6 +61,7 @@ def _same(a, b):
         np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow  # in CI's slow steps (.ci/run): keeps the default suite near 3 min; the key test stays
 def test_a_stored_program_is_the_solve_and_a_new_cache_reads_it(
     problem, tmp_path, errors_as_nan
 ):
@@ -88,6 +89,7 @@ def test_a_stored_program_is_the_solve_and_a_new_cache_reads_it(
     np.testing.assert_array_equal(again.params.W_E[0], problem[1].W_E)
 
 
+@pytest.mark.slow  # in CI's slow steps (.ci/run): keeps the default suite near 3 min
 def test_statuses_hold_through_a_stored_program(problem, tmp_path, errors_as_nan):
     cache = gflow.ProgramCache(tmp_path)
     short = _solve(problem, cache, max_steps=2)

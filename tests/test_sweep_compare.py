@@ -64,6 +64,7 @@ def test_members_that_leave_at_their_first_step_are_left_out(setup, sweep):
     assert res["richardson"]["lrs"] == [0.2, 0.1]
 
 
+@pytest.mark.slow  # in CI's slow steps (.ci/run): keeps the default suite near 3 min
 def test_with_the_stability_constant_members_past_their_edge_are_left_out(
     setup, sweep, key
 ):
@@ -86,6 +87,7 @@ def test_with_the_stability_constant_members_past_their_edge_are_left_out(
         compare_sweep(sweep, FlowReference(), loss, model, stability=2.0)
 
 
+@pytest.mark.slow  # in CI's slow steps (.ci/run): keeps the default suite near 3 min
 def test_with_fewer_than_two_members_left_there_is_no_order(setup, sweep):
     loss, model = setup
     res = compare_sweep(members(sweep, [0, 4]), FlowReference(), loss, model)

@@ -178,6 +178,7 @@ def test_text_data(tmp_path):
     assert load_run(out)["train"].final.d_vocab == 6
 
 
+@pytest.mark.slow  # in CI's slow steps (.ci/run): keeps the default suite near 3 min
 @pytest.mark.parametrize("whitespace", ["isolated", "prefix"])
 def test_a_gpt_block_trains_on_a_bpe_vocabulary(tmp_path, whitespace):
     """Residual, pre-LayerNorm, value/output, MLP and positions on subword pieces
