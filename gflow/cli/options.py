@@ -56,6 +56,9 @@ def add_options(parser, job: AbstractJob) -> None:
                 dest=opt.path,
                 type=_argparse_type(opt),
                 choices=opt.choices,
+                metavar=None
+                if opt.choices
+                else opt.flag.lstrip("-").replace("-", "_").upper(),
                 default=None,
                 help=f"{opt.help} (default {_shown(opt.default)})",
             )
