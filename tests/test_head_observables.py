@@ -491,22 +491,23 @@ def test_missing_metrics_and_bad_head_stages_are_refused():
 
 #: stages.json of ``_head_trajectory()`` as detect_head_stages wrote it when it
 #: returned HeadStage, a subclass of Stage: layer and head last, -1 for the global
-#: condensation.
+#: condensation; plus ``"provisional": true`` on every head's stage, since no signal
+#: of these runs turns back after its move (each ends at the run's running extremum).
 HEAD_STAGES_JSON = (
     '[{"stage": "condensation", "t_start": 0.0, "t_end": 15.5, "cycle": 1, '
     '"layer": -1, "head": -1}, '
     '{"stage": "focus", "t_start": 68.5, "t_end": 92.0, "cycle": 1, '
-    '"layer": 0, "head": 1}, '
+    '"layer": 0, "head": 1, "provisional": true}, '
     '{"stage": "dilution", "t_start": 135.5, "t_end": 165.0, "cycle": 1, '
-    '"layer": 0, "head": 1}, '
+    '"layer": 0, "head": 1, "provisional": true}, '
     '{"stage": "asymmetry_lifting", "t_start": 264.0, "t_end": 410.5, "cycle": 1, '
-    '"layer": 0, "head": 1}, '
+    '"layer": 0, "head": 1, "provisional": true}, '
     '{"stage": "focus", "t_start": 282.5, "t_end": 318.0, "cycle": 1, '
-    '"layer": 1, "head": 0}, '
+    '"layer": 1, "head": 0, "provisional": true}, '
     '{"stage": "focus", "t_start": 676.5, "t_end": 724.0, "cycle": 2, '
-    '"layer": 0, "head": 1}, '
+    '"layer": 0, "head": 1, "provisional": true}, '
     '{"stage": "dilution", "t_start": 726.5, "t_end": 774.0, "cycle": 2, '
-    '"layer": 0, "head": 1}]'
+    '"layer": 0, "head": 1, "provisional": true}]'
 )
 
 

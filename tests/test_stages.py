@@ -227,7 +227,10 @@ def test_condensation_from_the_loss_alone(loss, end):
     del traj.metrics["unigram_gap"]
     traj.metrics["loss"] = np.asarray(loss)
     stages = detect_stages(traj, pi=PI)
-    assert stages == ([] if end is None else [Stage("condensation", 0.0, end, 1)])
+    # measured from the run's lowest loss, which a longer run may lower: provisional
+    assert stages == (
+        [] if end is None else [Stage("condensation", 0.0, end, 1, provisional=True)]
+    )
 
 
 def test_moves_finds_every_fall_after_a_rise():
@@ -264,7 +267,8 @@ def test_focus_from_the_first_point_without_condensation():
     traj = _flat(gap)
     traj.metrics["attention_entropy"] = 1.0 - np.arange(21) / 20  # linear fall
     stages = detect_stages(traj, pi=PI)
-    assert stages == [Stage("focus", 1.0, 19.0, 1)]
+    # the fall is still under way at the run's last point: provisional
+    assert stages == [Stage("focus", 1.0, 19.0, 1, provisional=True)]
 
 
 def test_loss_alone_gives_condensation_when_no_gap_is_recorded():
@@ -408,12 +412,16 @@ def test_missing_metrics_and_bad_stage():
 
 
 #: stages.json of ``_trajectory`` on the grid linspace(0, 400, 801), as
-#: detect_stages wrote it before its Stage became the one type of all detectors.
+#: detect_stages wrote it before its Stage became the one type of all detectors,
+#: plus ``"provisional": true`` on the two stages the run ends before closing (no
+#: σ₃ growth confirms that σ₂'s is over, and dilution's window ends with it).
 FOUR_STAGES_JSON = (
     '[{"stage": "condensation", "t_start": 0.0, "t_end": 21.0, "cycle": 1}, '
     '{"stage": "focus", "t_start": 74.5, "t_end": 89.5, "cycle": 1}, '
-    '{"stage": "dilution", "t_start": 107.5, "t_end": 145.0, "cycle": 1}, '
-    '{"stage": "asymmetry_lifting", "t_start": 124.0, "t_end": 269.0, "cycle": 1}]'
+    '{"stage": "dilution", "t_start": 107.5, "t_end": 145.0, "cycle": 1, '
+    '"provisional": true}, '
+    '{"stage": "asymmetry_lifting", "t_start": 124.0, "t_end": 269.0, "cycle": 1, '
+    '"provisional": true}]'
 )
 
 

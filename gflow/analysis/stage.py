@@ -14,8 +14,14 @@ first four are optional:
   (when the move began), the ``signal`` it was read from, its ``value``, the
   ``reference`` extremum it is measured from and the ``threshold`` it crossed.
 
+An offline stage is *provisional* (``provisional=True``) when the run ended before
+the data closed it: its end (or the window it was sought in) may still move when the
+run is continued; a closed stage (the default) is the same on every longer horizon
+(docs/markov_cycle.md, "Horizon").
+
 ``to_dict`` writes each as its files have always held it: stages.json entries
-``{"stage", "t_start", "t_end", "cycle"[, "layer", "head"]}`` and events.jsonl lines
+``{"stage", "t_start", "t_end", "cycle"[, "layer", "head"][, "provisional"]}``
+(``"provisional": true`` only on a provisional stage) and events.jsonl lines
 ``{"event", "layer", "head", "cycle", "step", "t", "t_onset", "signal", "value",
 "reference", "threshold"}``; ``from_dict`` reads either back.
 """
@@ -48,6 +54,8 @@ class Stage:
         step: the step of the observation that completed an online event.
         signal, value, reference, threshold: an online event's signal, its value
             then, the extremum it moved away from and the move that counts.
+        provisional: an offline stage the run ended before closing (module
+            docstring); always False for an online event.
     """
 
     stage: str
@@ -63,6 +71,7 @@ class Stage:
     value: float | None = None
     reference: float | None = None
     threshold: float | None = None
+    provisional: bool = False
 
     def __post_init__(self):
         if self.stage not in STAGE_NAMES:
@@ -92,6 +101,8 @@ class Stage:
                 "an online event has a layer and head (-1 for a global one) and "
                 "t_start = t_end, the time it was reported"
             )
+        if self.is_event and self.provisional:
+            raise ValueError("an online event is never provisional")
 
     @property
     def name(self) -> str:
@@ -128,6 +139,8 @@ class Stage:
         }
         if self.layer is not None:
             out |= {"layer": int(self.layer), "head": int(self.head)}
+        if self.provisional:
+            out["provisional"] = True
         return out
 
     @classmethod
@@ -158,4 +171,5 @@ class Stage:
             int(d["cycle"]),
             None if layer is None else int(layer),
             None if head is None else int(head),
+            provisional=bool(d.get("provisional", False)),
         )

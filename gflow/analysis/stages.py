@@ -42,31 +42,49 @@ from gflow.array_types import RealVector
 from gflow.dynamics.trajectory import Trajectory
 
 
-def turning_points(x: RealVector, threshold: float) -> list[int]:
-    """Indices of the significant extrema of ``x`` (a zigzag filter).
+def _zigzag(x: np.ndarray, thr: np.ndarray) -> tuple[list[int], int]:
+    """The zigzag's points and how many of them are fixed (``turning_points``).
 
-    A turning point is confirmed once ``x`` has moved ``threshold`` away from it; the
-    first and the last index are always included, so consecutive points alternate
-    between rises and falls of at least ``threshold`` (except possibly the last one).
+    ``thr[i]`` is the threshold at index i. A turning point is confirmed at the first
+    later index j with ∣x[j] - x[point]∣ ≥ thr[j], so the confirmed points up to j
+    depend on x[:j+1] only. Returns the points (index 0, the confirmed turning
+    points, the running extremum and the last index) and the number of leading
+    points that are fixed: index 0 and the confirmed ones.
     """
-    x = np.asarray(x, dtype=float)
     points = [0]
     ext, direction = 0, 0  # index of the running extremum, +1 rising / -1 falling
     for i in range(1, x.size):
         if direction >= 0 and x[i] > x[ext] or direction <= 0 and x[i] < x[ext]:
-            if direction == 0 and abs(x[i] - x[0]) < threshold:
+            if direction == 0 and abs(x[i] - x[0]) < thr[i]:
                 continue
             if direction == 0:
                 direction = 1 if x[i] > x[0] else -1
             ext = i
-        elif direction != 0 and abs(x[i] - x[ext]) >= threshold:
+        elif direction != 0 and abs(x[i] - x[ext]) >= thr[i]:
             points.append(ext)
             direction, ext = -direction, i
+    fixed = len(points)
     if ext != points[-1]:
         points.append(ext)
     if points[-1] != x.size - 1:
         points.append(x.size - 1)
-    return points
+    return points, fixed
+
+
+def turning_points(
+    x: RealVector, threshold: float | Real[ArrayLike, " n"]
+) -> list[int]:
+    """Indices of the significant extrema of ``x`` (a zigzag filter).
+
+    A turning point is confirmed once ``x`` has moved ``threshold`` away from it (a
+    threshold per index may be given: the one at the index that confirms it); the
+    first and the last index are always included, so consecutive points alternate
+    between rises and falls of at least ``threshold`` (except possibly the last one).
+    Causal: the points confirmed by index j are the same for every longer ``x``.
+    """
+    x = np.asarray(x, dtype=float)
+    thr = np.broadcast_to(np.asarray(threshold, dtype=float), x.shape)
+    return _zigzag(x, thr)[0]
 
 
 def _first(candidates):
@@ -119,29 +137,50 @@ class StageDetector:
 
         Returns a list of (t_start, t_end, amplitude): the times at which the signal has
         covered ``edge`` and 1 - ``edge`` of a move between two turning points. A move
-        counts
-        when it spans ``min_move`` of the signal's range over the window and at least
+        counts when it spans ``min_move`` of the signal's range so far (from the
+        window's start to the index that confirms its end) and at least
         ``min_amplitude``.
+        """
+        return [m[:3] for m in self.closed_moves(t, x, sign=sign, window=window)]
+
+    def closed_moves(
+        self,
+        t: Real[ArrayLike, " n"] | Sequence[float],
+        x: Real[ArrayLike, " n"] | Sequence[float],
+        *,
+        sign: int,
+        window: tuple[float, float] = (-np.inf, np.inf),
+        closed_end: bool = False,
+    ) -> list[tuple[float, float, float, bool]]:
+        """``moves`` with a fourth entry: whether the move is closed.
+
+        A move is closed when a reversal has confirmed its end turning point, or when
+        the window's end is final (``closed_end``: a fixed time inside the data, so
+        that every point of the window is known). A closed move is the same on every
+        longer run; an open one ends at the running extremum, which a longer run can
+        move.
         """
         t, x = np.asarray(t, float), np.asarray(x, float)
         keep = (t >= window[0]) & (t <= window[1])
         t, x = t[keep], x[keep]
         if t.size < 2:
             return []
-        span = float(np.max(x) - np.min(x))
-        if not span > 0:
+        if not float(np.max(x) - np.min(x)) > 0:
             return []
-        thr = max(self.min_move * span, self.min_amplitude)
-        pts = turning_points(x, thr)
+        # the threshold at each index from the range seen so far: causal
+        span = np.maximum.accumulate(x) - np.minimum.accumulate(x)
+        thr = np.maximum(self.min_move * span, self.min_amplitude)
+        pts, fixed = _zigzag(x, thr)
         out = []
-        for a, b in zip(pts[:-1], pts[1:]):
+        for n, (a, b) in enumerate(zip(pts[:-1], pts[1:])):
             amp = x[b] - x[a]
-            if np.sign(amp) != sign or abs(amp) < thr:
+            if np.sign(amp) != sign or abs(amp) < thr[b]:
                 continue
             seg = sign * (x[a : b + 1] - x[a]) / abs(amp)  # 0 -> 1 along the move
             i0 = a + int(np.argmax(seg >= self.edge))
             i1 = a + int(np.argmax(seg >= 1 - self.edge))
-            out.append((float(t[i0]), float(t[i1]), float(abs(amp))))
+            closed = closed_end or n + 1 < fixed
+            out.append((float(t[i0]), float(t[i1]), float(abs(amp)), bool(closed)))
         return out
 
     def growth(
@@ -159,6 +198,27 @@ class StageDetector:
         not end it), or at the last time. None when σ grows by less than
         ``min_growth``.
         """
+        found = self.closed_growth(t, sv, after=after)
+        return None if found is None else found[:2]
+
+    def closed_growth(
+        self,
+        t: Real[ArrayLike, " n"] | Sequence[float],
+        sv: Real[ArrayLike, " n"] | Sequence[float],
+        *,
+        after: float = -np.inf,
+        next_sv: Real[ArrayLike, " n"] | Sequence[float] | None = None,
+    ) -> tuple[float, float, bool] | None:
+        """``growth`` with a third entry: whether the growth is closed.
+
+        "For good" needs the future: a lull may be followed by more growth (σ₃ of
+        the default flow pauses from t ≈ 1440 to 4500). The growth is closed once
+        the next singular value ``next_sv`` has grown by ln 2 (``growth_start``)
+        above its minimum since the end found so far: the next escape has begun.
+        Its end is then the one found on the data up to that point, so it is the
+        same on every longer run. Without ``next_sv``, or before that, the growth is
+        open and ends as ``growth`` says on the whole run.
+        """
         t, logs = (
             np.asarray(t, float),
             np.log(np.maximum(np.asarray(sv, float), 1e-300)),
@@ -167,18 +227,33 @@ class StageDetector:
         if idx.size < 3:
             return None
         t, logs = t[idx], logs[idx]
-        imin = int(np.argmin(logs))
-        if logs[imin:].max() - logs[imin] < np.log(self.min_growth):
+        # the first growth by min_growth above the minimum before it: causal
+        low = np.minimum.accumulate(logs)
+        big = np.flatnonzero(logs - low >= np.log(self.min_growth))
+        if big.size == 0:
             return None
+        imin = int(np.argmin(logs[: big[0] + 1]))
         i0 = imin + int(np.argmax(logs[imin:] - logs[imin] >= self.growth_start))
         rate = np.gradient(logs, t)
+        nxt = None
+        if next_sv is not None:
+            nxt = np.log(np.maximum(np.asarray(next_sv, float)[idx], 1e-300))
+        # e = the last index so far with a rate of at least a quarter of the peak so
+        # far (the growth's end on the data up to j); rate[j] is final for j < n - 1
+        peak, e, since = rate[i0], i0, np.inf
+        last = t.size - 1
+        for j in range(i0, last):
+            peak = max(peak, rate[j])
+            if rate[j] >= 0.25 * peak:
+                e, since = j, np.inf
+            elif nxt is not None and j >= big[0]:
+                since = min(since, nxt[j])
+                if nxt[j] - since >= self.growth_start:
+                    return float(t[i0]), float(t[min(e + 1, last)]), True
         ipeak = i0 + int(np.argmax(rate[i0:]))
-        # a lull followed by a resumed growth at more than a quarter of the peak rate
-        # is one growth (σ₃ of the default flow pauses near t = 3000 before it grows
-        # to O(1)); it ends where the rate falls below a quarter of the peak for good
         fast = np.flatnonzero(rate[ipeak:] >= 0.25 * rate[ipeak])
-        i1 = min(ipeak + int(fast[-1]) + 1, t.size - 1)
-        return float(t[i0]), float(t[i1])
+        i1 = min(ipeak + int(fast[-1]) + 1, last)
+        return float(t[i0]), float(t[i1]), False
 
     def detect(
         self, trajectory: Trajectory, *, pi: RealVector | None = None
@@ -191,8 +266,8 @@ class StageDetector:
                 ``attention`` [n, d, d], ``attention_on_top`` [n, d] and ``sv_W_E``
                 [n, k] (``StageObservables``); ``unigram_gap`` is used when present.
             pi: the stationary distribution [d]; default: the attention rows at the
-            first
-                saved time, which equal π while W_A is at its small initial value.
+                first saved time, which equal π while W_A is at its small initial
+                value.
         """
         m = trajectory.metrics
         need = ("attention_entropy", "attention", "attention_on_top", "sv_W_E")
@@ -211,44 +286,73 @@ class StageDetector:
         low = np.arange(pi.size) != top
         stages: list[Stage] = []
 
+        def add(name, found, cycle, closed):
+            stages.append(
+                Stage(name, found[0], found[1], cycle, provisional=not closed)
+            )
+
         loss = np.asarray(m["loss"], float)
         gap = np.asarray(m["unigram_gap"], float) if "unigram_gap" in m else None
+        cond = None
         if gap is not None and gap[0] > 0 and np.any(gap <= self.edge * gap[0]):
+            # the first time the gap is down to edge of its start: causal
             t_c = float(t[int(np.argmax(gap <= self.edge * gap[0]))])
-            stages.append(Stage("condensation", float(t[0]), t_c, 1))
+            cond = (float(t[0]), t_c, True)
         elif gap is None and loss[0] - loss.min() > 0:
+            # measured from the run's lowest loss, which a longer run can lower
             drop = loss - loss.min()
             i = int(np.argmax(drop <= self.edge * drop[0]))
-            stages.append(Stage("condensation", float(t[0]), float(t[i]), 1))
-        after = stages[0].t_end if stages else float(t[0])
+            cond = (float(t[0]), float(t[i]), False)
+        if cond is not None:
+            add("condensation", cond, 1, cond[2])
+        after, known = (cond[1], cond[2]) if cond else (float(t[0]), True)
 
         ent = np.asarray(m["attention_entropy"], float)
-        focus = _first(self.moves(t, ent, sign=-1, window=(after, np.inf)))
+        focus = _first(self.closed_moves(t, ent, sign=-1, window=(after, np.inf)))
         if focus is None:
             return stages
-        stages.append(Stage("focus", focus[0], focus[1], 1))
-        lift = self.growth(t, sv[:, 1], after=focus[0]) if sv.shape[1] > 1 else None
+        add("focus", focus, 1, known and focus[3])
+        known = known and focus[3]  # the focus start opens the next windows
+        lift = None
+        if sv.shape[1] > 1:
+            nxt = sv[:, 2] if sv.shape[1] > 2 else None
+            lift = self.closed_growth(t, sv[:, 1], after=focus[0], next_sv=nxt)
         end = lift[1] if lift is not None else np.inf
+        closed_end = lift is not None and lift[2] and known
         diluted = on_top[:, low].mean(axis=1)  # low-frequency queries on the top token
-        dil = _first(self.moves(t, diluted, sign=-1, window=(focus[0], end)))
+        dil = _first(
+            self.closed_moves(
+                t, diluted, sign=-1, window=(focus[0], end), closed_end=closed_end
+            )
+        )
         if dil is not None:
-            stages.append(Stage("dilution", dil[0], dil[1], 1))
+            add("dilution", dil, 1, known and dil[3])
         w = pi[low] / pi[low].sum()
         self_attn = np.einsum("nii->ni", attn)[:, low] @ w  # low queries on themselves
         cycle = 1
         while lift is not None:
-            stages.append(Stage("asymmetry_lifting", lift[0], lift[1], cycle))
+            known = known and lift[2]
+            add("asymmetry_lifting", lift, cycle, known)
             cycle += 1
             nxt = None
             if cycle < sv.shape[1]:
-                nxt = self.growth(t, sv[:, cycle], after=lift[1])
+                after_nxt = sv[:, cycle + 1] if cycle + 1 < sv.shape[1] else None
+                nxt = self.closed_growth(
+                    t, sv[:, cycle], after=lift[1], next_sv=after_nxt
+                )
             window = (lift[1], nxt[1] if nxt is not None else np.inf)
-            focus = _first(self.moves(t, self_attn, sign=+1, window=window))
-            if focus is not None:
-                stages.append(Stage("focus", focus[0], focus[1], cycle))
-            dil = _first(self.moves(t, on_top[:, top], sign=-1, window=window))
-            if dil is not None:
-                stages.append(Stage("dilution", dil[0], dil[1], cycle))
+            closed_end = nxt is not None and nxt[2] and known
+            for name, signal, sign in (
+                ("focus", self_attn, +1),
+                ("dilution", on_top[:, top], -1),
+            ):
+                found = _first(
+                    self.closed_moves(
+                        t, signal, sign=sign, window=window, closed_end=closed_end
+                    )
+                )
+                if found is not None:
+                    add(name, found, cycle, known and found[3])
             lift = nxt
         return sorted(stages, key=lambda s: (s.t_start, STAGE_NAMES.index(s.stage)))
 

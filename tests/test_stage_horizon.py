@@ -1,0 +1,209 @@
+"""The stage detectors do not depend on the horizon (issue 34 point 4).
+
+A run's closed stages (``provisional`` False) are the same on every longer run of
+the same flow: the detector reads, for each stage, only data up to the time that
+closed it. Checked on prefixes of one long trajectory (a flow integrated to t1 has
+the same saved points as the first part of a longer one), on constructed signals
+with known closing times, and (slow) on the default flow run to each horizon.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gflow.analysis import Stage, StageDetector, detect_head_stages, detect_stages
+from gflow.dynamics import Trajectory
+
+PI = np.array([0.75, 0.19, 0.05, 0.01])
+HORIZONS = (1500.0, 3000.0, 6000.0, 10000.0)
+
+
+def _long_flow():
+    """The default flow to t = 10⁴ at 401 saved times (tests/test_stages.py)."""
+    data = np.load(Path(__file__).parent / "data" / "markov_flow_t10000.npz")
+    metrics = {k: data[k] for k in data.files if k != "t"}
+    return Trajectory(t=data["t"], metrics=metrics, final=None)
+
+
+def _prefix(traj, t1):
+    keep = np.asarray(traj.t) <= t1
+    metrics = {k: np.asarray(v)[keep] for k, v in traj.metrics.items()}
+    return Trajectory(t=np.asarray(traj.t)[keep], metrics=metrics, final=None)
+
+
+def _key(s: Stage):
+    return (s.stage, s.cycle, s.layer, s.head, s.t_start, s.t_end)
+
+
+def _assert_closed_stages_persist(runs):
+    """Every closed stage of a shorter run is a closed stage of each longer one."""
+    for i, short in enumerate(runs):
+        closed = {_key(s) for s in short if not s.provisional}
+        for longer in runs[i + 1 :]:
+            kept = {_key(s) for s in longer if not s.provisional}
+            assert closed <= kept, (closed - kept, longer)
+
+
+def test_the_default_flow_closes_the_same_stages_on_every_horizon():
+    """Prefixes t1 = 1500, 3000, 6000, 10⁴ of the default flow: what a shorter run
+    closed, a longer one keeps; the t1 = 3000 run's third-cycle dilution and its
+    second cycle (cut at σ₃'s lull, which ends at 4500) are provisional."""
+    traj = _long_flow()
+    runs = {t1: detect_stages(_prefix(traj, t1), pi=PI) for t1 in HORIZONS}
+    _assert_closed_stages_persist([runs[t1] for t1 in HORIZONS])
+    cycle_one = [
+        ("condensation", 1, 0.0, 25.0),
+        ("focus", 1, 75.0, 100.0),
+        ("dilution", 1, 100.0, 175.0),
+        ("asymmetry_lifting", 1, 125.0, 350.0),
+    ]
+    for t1, stages in runs.items():
+        closed = [(s.stage, s.cycle, s.t_start, s.t_end) for s in stages]
+        closed = [c for c, s in zip(closed, stages) if not s.provisional]
+        assert closed[:4] == cycle_one, t1
+    at_3000 = runs[3000.0]
+    assert [s.stage for s in at_3000 if s.cycle == 3] == ["dilution"]
+    assert all(s.provisional for s in at_3000 if s.cycle >= 2)
+    # at 10⁴ cycle 2's focus is closed (query 1's self-attention turns back by
+    # 0.18 after t = 1735); its dilution and lifting run into the last data
+    two = {s.stage: s for s in runs[10000.0] if s.cycle == 2}
+    assert not two["focus"].provisional and two["focus"].t_end == 1750.0
+    assert two["dilution"].provisional and two["asymmetry_lifting"].provisional
+    # every closed stage ends well inside its horizon
+    for t1, stages in runs.items():
+        assert all(s.t_end < t1 - 100 for s in stages if not s.provisional)
+
+
+def test_every_prefix_keeps_the_closed_stages_of_the_shorter_ones():
+    """Prefixes every 250 time units of the same flow, and of the head rules on
+    its signals seen as one head (no W_A singular values: one σ column)."""
+    traj = _long_flow()
+    ends = np.arange(250.0, 10001.0, 250.0)
+    _assert_closed_stages_persist(
+        [detect_stages(_prefix(traj, e), pi=PI) for e in ends]
+    )
+    m = traj.metrics
+    on_top = np.asarray(m["attention_on_top"])
+    attn = np.asarray(m["attention"])
+    heads = dict(
+        loss=m["loss"],
+        unigram_gap=m["unigram_gap"],
+        sv_W_E=m["sv_W_E"],
+        head_entropy=np.asarray(m["attention_entropy"])[:, None, None],
+        head_on_top=on_top[:, 0][:, None, None],
+        head_tracked_on_top=on_top[:, None, None, 1:],
+        head_self=np.einsum("nii->ni", attn)[:, 1:].mean(-1)[:, None, None],
+        sv_W_A=np.asarray(m["sv_W_E"])[:, None, None, :],
+    )
+    full = Trajectory(t=traj.t, metrics=heads, final=None)
+    _assert_closed_stages_persist([detect_head_stages(_prefix(full, e)) for e in ends])
+
+
+def _sig(t, centre, width):
+    return 1.0 / (1.0 + np.exp(-(t - centre) / width))
+
+
+def test_a_growth_closes_when_the_next_singular_value_has_doubled():
+    """σ₂ = e^{0.05 (t-100)} capped, σ₃ doubles at a known time t₃ after σ₂'s end:
+    the growth is open on every horizon before t₃ and closed, with the same span,
+    on every horizon after it. Growth edges as in tests/test_stages.py."""
+    det = StageDetector()
+    t = np.arange(0.0, 1000.0, 0.5)
+    g = 1e-3 * np.exp(0.05 * np.clip(t - 100.0, 0, None))
+    sv2 = g / (1 + g)
+    sv3 = 1e-3 * np.exp(0.02 * np.clip(t - 600.0, 0, None))  # x2 at 600 + ln2/0.02
+    t3 = 600.0 + np.log(2.0) / 0.02
+    full = det.closed_growth(t, sv2, next_sv=sv3)
+    assert full[2] and full[:2] == det.growth(t, sv2)
+    for t1 in (400.0, 600.0, t3 - 1.0):
+        k = t <= t1
+        got = det.closed_growth(t[k], sv2[k], next_sv=sv3[k])
+        assert not got[2], t1
+    for t1 in (t3 + 1.0, 800.0):
+        k = t <= t1
+        assert det.closed_growth(t[k], sv2[k], next_sv=sv3[k]) == full
+    # without the next singular value nothing confirms the end
+    assert not det.closed_growth(t, sv2)[2]
+
+
+def test_a_lull_keeps_the_growth_open_until_the_next_one_starts():
+    """ln σ₂ grows, pauses (rate below a quarter of its peak) and grows again at
+    t = 600; σ₃ starts only after that. Before 600 the growth ends at the lull but
+    is provisional; the full run ends it after the second phase, closed."""
+    det = StageDetector()
+    t = np.arange(0.0, 1500.0, 0.5)
+    logs = np.log(1e-3) + np.log(10.0) * _sig(t, 200.0, 20.0)
+    logs += np.log(20.0) * _sig(t, 600.0, 40.0)
+    sv3 = 1e-3 * np.exp(0.02 * np.clip(t - 1000.0, 0, None))
+    k = t <= 500.0
+    early = det.closed_growth(t[k], np.exp(logs[k]), next_sv=sv3[k])
+    full = det.closed_growth(t, np.exp(logs), next_sv=sv3)
+    assert not early[2] and full[2]
+    assert early[1] < 400.0 < 600.0 < full[1]
+    assert early[0] == full[0]
+
+
+def test_a_move_is_closed_by_its_reversal_or_a_final_window():
+    det = StageDetector()
+    t = np.arange(0.0, 100.0, 1.0)
+    x = 1.0 - _sig(t, 30.0, 2.0) + 0.5 * _sig(t, 70.0, 2.0)  # a fall, then a rise
+    ((t0, t1, amp, closed),) = det.closed_moves(t, x, sign=-1)
+    assert closed  # the rise of 0.5 confirms the fall's end
+    k = t <= 60.0  # before the rise: the same fall, still open
+    assert det.closed_moves(t[k], x[k], sign=-1) == [(t0, t1, amp, False)]
+    # ... unless the window ends at a final time
+    win = det.closed_moves(t[k], x[k], sign=-1, window=(0, 60.0), closed_end=True)
+    assert win == [(t0, t1, amp, True)]
+    # the threshold is the range so far: an early dip of 0.15 counts (0.2 × 0.15 <
+    # 0.1 ≤ 0.15) even though the whole run's range is 1.4
+    y = np.r_[1.0 - 0.15 * np.sin(np.linspace(0, np.pi, 20)), 1.0 + 0.4 * t[:80] / 79]
+    y[-40:] -= 1.4 * np.linspace(0, 1, 40)
+    falls = det.closed_moves(np.arange(y.size, dtype=float), y, sign=-1)
+    assert len(falls) == 2 and falls[0][3] and not falls[1][3]
+    assert falls[0][2] == pytest.approx(0.15, abs=0.01)
+
+
+def test_provisional_reads_back_and_is_written_only_when_true():
+    s = Stage("focus", 1.0, 2.0, 1, provisional=True)
+    assert s.to_dict()["provisional"] is True
+    assert Stage.from_dict(s.to_dict()) == s
+    assert "provisional" not in Stage("focus", 1.0, 2.0, 1).to_dict()
+    with pytest.raises(ValueError, match="never provisional"):
+        Stage(
+            "focus",
+            1.0,
+            1.0,
+            1,
+            0,
+            0,
+            onset=0.5,
+            step=3,
+            signal="s",
+            value=1.0,
+            reference=2.0,
+            threshold=0.1,
+            provisional=True,
+        )
+
+
+@pytest.mark.slow
+def test_gflow_flow_to_each_horizon_closes_the_same_stages():
+    """The default flow run to t1 = 1500, 3000, 6000, 10⁴ on one grid (dt = 5,
+    so every run's saved times are a prefix of the longest's): the closed stages
+    of each run are closed stages of every longer one, to the same saved time."""
+    from gflow.runs import FlowConfig, run_flow
+
+    runs = []
+    for t1 in HORIZONS:
+        cfg = FlowConfig(t1=t1, num_saves=int(t1 / 5) + 1, save_params=False)
+        runs.append(detect_stages(run_flow(cfg), pi=cfg.chain().pi))
+    _assert_closed_stages_persist(runs)
+    closed = [(s.stage, s.cycle) for s in runs[-1] if not s.provisional]
+    assert closed == [
+        ("condensation", 1),
+        ("focus", 1),
+        ("dilution", 1),
+        ("asymmetry_lifting", 1),
+        ("focus", 2),
+    ]
