@@ -189,7 +189,9 @@ def table(res: dict, info: dict) -> str:
         "|---|---|---|---|",
     ]
     lines += [
-        f"| {s['stage']} | {s['cycle']} | {s['t_start']:g} | {s['t_end']:g} |"
+        f"| {s['stage']} | {s['cycle']} | {s['t_start']:g} | {s['t_end']:g}"
+        + (" (provisional)" if s.get("provisional") else "")
+        + " |"
         for s in res["stages"]
     ]
     ex = res["extrema"]

@@ -47,7 +47,10 @@ Why t1 = 3000: cycle 1 of the default ends by t ≈ 340, but for the weaker chai
 (the three others and λ = 0.25) σ₂(W_E) grows slowly and its growth ends at
 t ≈ 800-2300; the stage starts are the same at t1 = 1500, 3000 and 6000 (seed 0),
 and so are the ends except where a signal keeps falling slowly (the focus of the
-``sinkhorn`` chain: its end moves from 758 to 981 to 1070).
+``sinkhorn`` chain: its end moved from 758 to 981 to 1070 under the rules before
+issue 34). ``detect_stages`` now marks such a stage ``provisional`` (the run ends
+before the data close it); the block lists, per configuration, the cycle-1 stages
+that are provisional at t1 and in how many seeds.
 
 Writes
 experiments/results/markov_robustness/results.json (one entry per flow, saved as each
@@ -389,6 +392,39 @@ def _fmt(s: dict, spec: str = ".0f") -> str:
     return text
 
 
+LETTERS = {"condensation": "C", "focus": "F", "dilution": "D", "asymmetry_lifting": "A"}
+
+
+def provisional_line(cfg: Config, saved: dict) -> str:
+    """The cycle-1 stages that are provisional at t1, per configuration, in k/n
+    seeds."""
+    keys = set(_keys(cfg, saved))
+    parts = []
+    for name, conf in configurations(cfg).items():
+        rows = [
+            saved["runs"][f"{name}/seed{s}"]
+            for s in cfg.seeds
+            if f"{name}/seed{s}" in keys
+        ]
+        found: dict[str, int] = {}
+        for r in rows:
+            for st in r["stages"]:
+                if st["cycle"] == 1 and st.get("provisional"):
+                    found[st["stage"]] = found.get(st["stage"], 0) + 1
+        if found:
+            cells = ", ".join(
+                f"{LETTERS[k]} {found[k]}/{len(rows)}" for k in LETTERS if k in found
+            )
+            parts.append(f"{conf['label']}: {cells}")
+    return (
+        "Provisional cycle-1 stages at t1 (`Stage.provisional`: the run ends before "
+        "the data close them, so their ends, and for a lifting the stages after it, "
+        "may still move with a longer horizon): "
+        + ("; ".join(parts) if parts else "none")
+        + ".\n"
+    )
+
+
 def _verdict(row: dict) -> str:
     k, n = row["order"]
     kp, _ = row["plateau_present"]
@@ -508,6 +544,8 @@ def doc_text(
         "in this order. Third table: each query's attention on token 0 at the end "
         "of cycle 1's asymmetry lifting (at t1 when none is found).\n\n"
         + table(cfg, summ)
+        + "\n"
+        + provisional_line(cfg, saved)
         + f"\nThe other chains (P = {cfg.chain_lam:g}·Q + {1 - cfg.chain_lam:g}·1πᵀ, "
         "πP = π to 1e-12: tests/test_markov_robustness.py):\n\n"
         + mats

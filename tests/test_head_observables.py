@@ -536,3 +536,34 @@ def test_figures_are_written_as_png(tmp_path):
     plot_attention_maps(_deep(), _tokens()[1, :-1], path, title="maps")
     image = imread(path)
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_the_global_lifting_is_sigma_two_of_the_embedding():
+    """With ``sv_W_E`` recorded, the paper's lifting is σ₂(W_E)'s growth, global
+    (layer = head = -1), at its closed-form edges and after the first head's focus;
+    each head's own σ₂(W_A,h) growth is still reported with its layer and head. A
+    σ₃(W_E) that doubles after t = 700 closes it; the head's stays open."""
+    traj, edges = _head_trajectory()
+    sv2, lift = _lift(T, 120.0, rate=0.08)
+    sv3 = 1e-3 * np.exp(0.02 * np.clip(T - 700.0, 0, None))
+    sv_E = np.stack([np.ones_like(T), sv2, sv3], axis=1)
+    # head (0, 1)'s entropy turns back late (t = 900), which closes its focus, the
+    # first focus; without that the lifting after it could not close either
+    ent = traj.metrics["head_entropy"].copy()
+    ent[:, 0, 1] += 0.5 * _sig(T, 900.0, 5.0)
+    plain = Trajectory(t=T, metrics=dict(traj.metrics, head_entropy=ent), final=None)
+    m = dict(plain.metrics, sv_W_E=sv_E)
+    stages = detect_head_stages(Trajectory(t=T, metrics=m, final=None))
+    globs = [s for s in stages if s.name == "asymmetry_lifting" and s.layer == -1]
+    # σ₃(W_E)'s growth is cycle 2's lifting, open: no σ₄ to close it
+    assert [(g.cycle, g.provisional) for g in globs] == [(1, False), (2, True)]
+    glob = globs[0]
+    assert lift[0] <= glob.t_start < lift[0] + DT
+    assert lift[1] <= glob.t_end < lift[1] + DT
+    (own,) = [s for s in stages if s.name == "asymmetry_lifting" and s.layer == 0]
+    start, end = edges[("asymmetry_lifting", 1, 0, 1)]
+    assert (own.head, own.provisional) == (1, True)
+    assert start <= own.t_start < start + DT and end <= own.t_end < end + DT
+    # the rest is what the run without sv_W_E gives
+    rest = [s for s in stages if s not in globs]
+    assert rest == detect_head_stages(plain)
