@@ -15,7 +15,8 @@ from jaxtyping import Array, ArrayLike, PyTree, Real
 
 from gflow.array_types import LossFn, Model, Observables
 from gflow.dynamics.metrics import evaluate_metrics
-from gflow.dynamics.solvers import AutoSwitch
+from gflow.dynamics.solvers import AutoSwitch, Watched, stall_report
+from gflow.dynamics.solvers.watch import method_names, solver_rho
 from gflow.dynamics.trajectory import Status, Trajectory
 
 DEFAULT_NUM_SAVES = 201
@@ -91,6 +92,12 @@ def _solve_arrays(
     progress_meter,
 ):
     y0, unravel = jax.flatten_util.ravel_pytree(params)
+    dtype = y0.dtype
+    # the step size and the method in use, recorded (and shown with the progress bar)
+    watched = not isinstance(solver, diffrax.AbstractImplicitSolver)
+    if watched:
+        show = not isinstance(progress_meter, diffrax.NoProgressMeter)
+        solver = Watched(solver, t0, t1, show=show)
 
     def save_fn(t, y, args):
         p = unravel(y)
@@ -124,6 +131,15 @@ def _solve_arrays(
         0,
         jnp.where(sol.result == diffrax.RESULTS.max_steps_reached, 1, 2),
     )
+    state = sol.solver_state.inner if watched else sol.solver_state
+    nan = jnp.asarray(jnp.nan, dtype)
+    rho = solver_rho(state)
+    watch = {
+        "last_step": sol.solver_state.last_step if watched else nan,
+        "smallest_step": sol.solver_state.smallest_step if watched else nan,
+        "method": sol.solver_state.method if watched else jnp.zeros((), jnp.int32),
+        "rho": nan if rho is None else rho.astype(dtype),
+    }
     return (
         sol.ts[0],
         saved,
@@ -131,7 +147,8 @@ def _solve_arrays(
         sol.ts[1][-1],
         code,
         dict(sol.stats),
-        getattr(sol.solver_state, "num_evals", None),
+        getattr(state, "num_evals", None),
+        watch,
     )
 
 
@@ -224,7 +241,10 @@ def solve_flow(
         observables: dict name -> ``fn(model)``, or one callable returning such a dict,
             recorded at ``ts`` next to ``loss`` and ``grad_norm``.
         save_params: also keep the parameters at ``ts`` (``Trajectory.params``).
-        progress: show a progress bar; None shows one when stderr is a terminal.
+        progress: show a progress bar, with lines above it that give t, the step
+            size, the method in use and the solver's ρ (at the 100th attempted step,
+            then at twice as many each time, and where the method changes); None
+            shows them when stderr is a terminal.
         program_cache: a ``gflow.runs.program_cache.ProgramCache`` (any callable
             ``cache(fn, *args)``) that runs the solve from a traced program kept on
             disk, so a new process skips tracing; None traces it (once per process).
@@ -232,6 +252,11 @@ def solve_flow(
     Returns:
         A Trajectory with status ``"success"``, ``"max_steps"``, ``"diverged"``
         (non-finite values) or ``"failed"``; it never raises for a failed solve.
+        A solve that stopped at ``max_steps`` or failed carries a
+        ``gflow.dynamics.solvers.StallReport`` as ``Trajectory.diagnosis``: where
+        it stopped, its last and smallest steps, the Hessian's top eigenvalues
+        there (30 Lanczos steps) and which option to try (``.message``; printed
+        to stderr after the progress lines when a progress bar is shown).
     """
     t0, t1 = float(t0), float(t1)
     if not t1 > t0:
@@ -256,6 +281,7 @@ def solve_flow(
         stepsize_controller = diffrax.PIDController(
             rtol=jnp.asarray(rtol, dtype), atol=jnp.asarray(atol, dtype)
         )
+    meter = _progress_meter(progress)
     args = (
         params,
         static,
@@ -269,13 +295,14 @@ def solve_flow(
         None if dt0 is None else jnp.asarray(dt0, dtype),
         max_steps,
         save_params,
-        _progress_meter(progress),
+        meter,
     )
     if program_cache is None:
         out = _solve(*args)
     else:
         out = program_cache(_solve_arrays, *args)
-    ts_saved, saved, final, t_last, code, stats, num_evals = out
+    ts_saved, saved, final, t_last, code, stats, num_evals, watch = out
+    final_flat = jnp.asarray(final)
     final = _unravel_rows(np.asarray(final), params)
     ts_saved = np.asarray(ts_saved)
     reached = np.isfinite(ts_saved)  # Diffrax leaves unreached save times at inf
@@ -294,6 +321,15 @@ def solve_flow(
         "grad_evals": _grad_evals(solver, n_steps, n_accepted, num_evals),
         "t_reached": float(t_last),
     }
+    status = _status(int(code), metrics_ok)
+    diagnosis = None
+    if status in ("max_steps", "failed"):
+        diagnosis = _diagnose(
+            loss_fn, static, params, final_flat, solver, status, stats, watch, t0, t1
+        )
+        if not isinstance(meter, diffrax.NoProgressMeter):
+            jax.effects_barrier()  # the progress lines first
+            print(diagnosis.message, file=sys.stderr)
     snaps = None
     if save_params:
         rows = np.asarray(saved["params"])[np.flatnonzero(reached)]
@@ -303,7 +339,7 @@ def solve_flow(
         metrics=metrics,
         final=eqx.combine(final, static),
         params=snaps,
-        status=_status(int(code), metrics_ok),
+        status=status,
         stats=stats,
         info={
             "kind": "flow",
@@ -313,4 +349,38 @@ def solve_flow(
             "t0": t0,
             "t1": t1,
         },
+        diagnosis=diagnosis,
+    )
+
+
+def _diagnose(loss_fn, static, params, y, solver, status, stats, watch, t0, t1):
+    """The StallReport of a solve that stopped before t1, at its last state y [n]."""
+    _, unravel = jax.flatten_util.ravel_pytree(params)
+    field = FlatGradientField(GradientField(loss_fn, static), unravel)
+
+    def matvec(v):  # H v = −J v, J the Jacobian of the flow's field −∇L
+        return -jax.jvp(lambda x: field(0.0, x, None), (y,), (v,))[1]
+
+    def number(x):
+        x = float(x)
+        return x if np.isfinite(x) else None
+
+    names = method_names(solver)
+    return stall_report(
+        matvec=matvec,
+        n=int(y.size),
+        dtype=y.dtype,
+        status=status,
+        solver=type(solver).__name__,
+        method=names[min(int(watch["method"]), len(names) - 1)],
+        t0=t0,
+        t1=t1,
+        t_reached=stats["t_reached"],
+        steps=stats["num_steps"],
+        rejected=stats["num_rejected_steps"],
+        max_steps=stats["max_steps"],
+        grad_evals=stats["grad_evals"],
+        last_step=number(watch["last_step"]),
+        smallest_step=number(watch["smallest_step"]),
+        solver_rho=number(watch["rho"]),
     )

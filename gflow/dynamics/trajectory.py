@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree, Real
 
+from gflow.dynamics.solvers.stall import StallReport
+
 #: How a flow or an optimizer run ended: it reached t1 (``success``), ran out of
 #: its step budget (``max_steps``), left the finite numbers (``diverged``), or the
 #: solver gave up for another reason (``failed``).
@@ -33,6 +35,8 @@ class Trajectory:
         status: how the run ended, a ``Status`` (one of ``STATUSES``).
         stats: solver or optimizer statistics (steps, gradient evaluations, ...).
         info: what produced the run (solver or optimizer, tolerances, step sizes).
+        diagnosis: for a flow that stopped before t1 (``max_steps``, ``failed``),
+            where and why, with the options to try (``StallReport.message``).
     """
 
     t: Real[np.ndarray, " n"]
@@ -42,6 +46,7 @@ class Trajectory:
     status: Status = "success"
     stats: dict[str, Any] = dataclasses.field(default_factory=dict)
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    diagnosis: StallReport | None = None
 
     def __post_init__(self):
         if self.status not in STATUSES:

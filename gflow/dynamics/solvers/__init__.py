@@ -1,6 +1,7 @@
 """Diffrax solvers written for gradient flows: the stabilised RKC2 and ROCK4, the
 exponential Rosenbrock EXPRB32, the Tsit5/RKC2 switch and the stiffness-aware default
-AutoSwitch (Tsit5, then EXPRB32).
+AutoSwitch (Tsit5, then EXPRB32); the watcher that records a solve's step size and
+shows its progress, and the report of a solve that stalled.
 
 Public names: each solver with its state, and the single steps and tables that
 the tests check against closed forms.
@@ -36,6 +37,15 @@ from gflow.dynamics.solvers.rock4 import stages_needed as stages_needed
 # The Tsit5/RKC2 switch
 from gflow.dynamics.solvers.switch import StiffSwitch as StiffSwitch
 
+# Watching a solve: its step size, progress lines, and why it stalled
+from gflow.dynamics.solvers.stall import StallReport as StallReport
+from gflow.dynamics.solvers.stall import hessian_top as hessian_top
+from gflow.dynamics.solvers.stall import stall_report as stall_report
+from gflow.dynamics.solvers.stall import suggest as suggest
+from gflow.dynamics.solvers.watch import Watched as Watched
+from gflow.dynamics.solvers.watch import WatchState as WatchState
+from gflow.dynamics.solvers.watch import progress_line as progress_line
+
 __all__ = [
     "AutoState",
     "AutoSwitch",
@@ -47,14 +57,21 @@ __all__ = [
     "RKC2",
     "RKCState",
     "ROCK4",
+    "StallReport",
     "StiffSwitch",
+    "WatchState",
+    "Watched",
     "degree_index",
     "exprb32_step",
     "hermite_stages",
+    "hessian_top",
     "lanczos",
     "num_stages",
     "phi",
+    "progress_line",
     "rock4_step",
     "stages_needed",
+    "stall_report",
+    "suggest",
     "tsit5_step",
 ]

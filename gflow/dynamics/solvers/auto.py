@@ -79,6 +79,9 @@ class AutoSwitch(diffrax.AbstractSolver):
     probation: int = 3
     stiff_error_scale: float = 1.0
 
+    #: the methods of its steps, as ``method_in_use`` numbers them
+    method_names: ClassVar[tuple[str, ...]] = ("Tsit5", "EXPRB32")
+
     term_structure: ClassVar = diffrax.AbstractTerm
     # Tsit5's quartic dense output; an exponential step fills its stages so that the
     # quartic is the cubic Hermite polynomial of the step (``hermite_stages``)
@@ -99,6 +102,10 @@ class AutoSwitch(diffrax.AbstractSolver):
             raise ValueError(
                 f"stiff_error_scale must be > 0, got {self.stiff_error_scale}"
             )
+
+    def method_in_use(self, state: AutoState, h: Real[ArrayLike, ""]) -> Int[Array, ""]:
+        """0 (Tsit5) or 1 (EXPRB32): the method of the next step from ``state``."""
+        return state.stiff.astype(jnp.int32)
 
     def order(self, terms: PyTree[diffrax.AbstractTerm]) -> int:
         return 5  # Tsit5's: the controller then steps exactly as for Tsit5

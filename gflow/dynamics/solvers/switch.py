@@ -17,7 +17,8 @@ from typing import ClassVar
 import diffrax
 import equinox as eqx
 import jax
-from jaxtyping import ArrayLike, Bool, PyTree, Real
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Int, PyTree, Real
 
 from gflow.dynamics.solvers.rkc import RKC2, RKCState
 from gflow.dynamics.tree import tree_scale
@@ -45,6 +46,9 @@ class StiffSwitch(diffrax.AbstractSolver):
     stability: float = 2.5
     stiff_error_scale: float = 100.0
 
+    #: the methods of its steps, as ``method_in_use`` numbers them
+    method_names: ClassVar[tuple[str, ...]] = ("Tsit5", "RKC2")
+
     term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar[Callable] = (
         diffrax.ThirdOrderHermitePolynomialInterpolation
@@ -67,6 +71,11 @@ class StiffSwitch(diffrax.AbstractSolver):
     @property
     def explicit_evals(self) -> int:
         return self.explicit.tableau.num_stages - 1
+
+    def method_in_use(self, state: RKCState, h: Real[ArrayLike, ""]) -> Int[Array, ""]:
+        """0 (explicit) or 1 (RKC2) for a step h from ``state`` (ρ before this
+        step's power iteration updates it)."""
+        return (h * self.stiff.safety * state.rho > self.stability).astype(jnp.int32)
 
     def order(self, terms: PyTree[diffrax.AbstractTerm]) -> int:
         return self.stiff.order(terms)
