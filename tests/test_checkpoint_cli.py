@@ -83,7 +83,9 @@ def _refused_naming(rc, err, command, *paths):
     assert "delete that file" in err[0] and "Traceback" not in err[0]
 
 
-@pytest.mark.slow  # in CI's slow steps (.ci/run): keeps the default suite near 3 min; tests/test_checkpoint.py checks the pieces in the default run
+# in CI's slow steps (.ci/run): keeps the default suite near 3 min;
+# tests/test_checkpoint.py checks the pieces in the default run
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", DAMAGE)
 @pytest.mark.parametrize(
     "command, piece, other",

@@ -40,7 +40,6 @@ from gflow.dynamics import OPTIMIZERS
 from gflow.runs import METHODS, SCHEDULES, SOLVERS, FlowConfig, SweepConfig
 from gflow.runs.text import MODELS, OPTIMIZER_NAMES, TOKENIZER_NAMES, TextConfig
 from gflow.runs.train import TrainConfig
-from gflow.text import SCHEDULES as TEXT_SCHEDULES
 from gflow.text import WHITESPACE_MODES
 
 FUZZ = settings(
@@ -191,7 +190,7 @@ NAMES = {
     ("text", "--method"): set(METHODS),
     ("text", "--model"): set(MODELS),
     ("text", "--optimizer"): set(OPTIMIZER_NAMES),
-    ("text", "--schedule"): set(TEXT_SCHEDULES),
+    ("text", "--schedule"): set(SCHEDULES),
     ("train", "--optimizer"): set(OPTIMIZERS),
     ("train", "--schedule"): set(SCHEDULES),
     ("train", "--tokenizer"): set(TOKENIZER_NAMES),
@@ -606,7 +605,7 @@ FIELD_VALID = {
     ("TextConfig", "method"): lambda s: s in METHODS,
     ("TextConfig", "model"): lambda s: s in MODELS,
     ("TextConfig", "optimizer"): lambda s: s in OPTIMIZER_NAMES,
-    ("TextConfig", "schedule"): lambda s: s in TEXT_SCHEDULES,
+    ("TextConfig", "schedule"): lambda s: s in SCHEDULES,
     ("TextConfig", "warmup"): _unit,
     ("TextConfig", "atol"): _positive,
     ("TextConfig", "final_lr"): lambda x: math.isfinite(x) and x >= 0,

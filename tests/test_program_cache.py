@@ -61,7 +61,8 @@ def _same(a, b):
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.slow  # in CI's slow steps (.ci/run): keeps the default suite near 3 min; the key test stays
+# in CI's slow steps (.ci/run): keeps the default suite near 3 min; the key test stays
+@pytest.mark.slow
 def test_a_stored_program_is_the_solve_and_a_new_cache_reads_it(
     problem, tmp_path, errors_as_nan
 ):

@@ -16,6 +16,9 @@ from gflow.dynamics.trajectory import STATUSES as STATUSES
 from gflow.dynamics.trajectory import Status as Status
 from gflow.dynamics.trajectory import Trajectory as Trajectory
 from gflow.dynamics.trajectory import parameter_distance as parameter_distance
+from gflow.dynamics.schedules import AbstractSchedule as AbstractSchedule
+from gflow.dynamics.schedules import Constant as Constant
+from gflow.dynamics.schedules import WarmupCosine as WarmupCosine
 from gflow.dynamics.schedules import warmup_cosine as warmup_cosine
 from gflow.dynamics.metrics import evaluate_metrics as evaluate_metrics
 from gflow.dynamics.metrics import gradient_norm as gradient_norm
@@ -63,6 +66,9 @@ __all__ = [
     "Trajectory",
     "evaluate_metrics",
     "warmup_cosine",
+    "AbstractSchedule",
+    "Constant",
+    "WarmupCosine",
     "grad_evals_per_step",
     "gradient_norm",
     "member_mesh",

@@ -11,6 +11,8 @@ a predicted departure time from the flow.
 from __future__ import annotations
 
 import abc
+import dataclasses
+from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 import equinox as eqx
@@ -25,11 +27,32 @@ class AbstractOptimizer(eqx.Module):
     name: eqx.AbstractClassVar[str]
 
     @abc.abstractmethod
+    def rule(self) -> tuple[Callable[..., optax.GradientTransformation], dict]:
+        """The optax function of this method and its hyperparameters but the
+        learning rate (``optax.adamw``, ``{"b1": β, "weight_decay": λ}``)."""
+
     def transform(
         self, learning_rate: float | optax.Schedule = 0.1
     ) -> optax.GradientTransformation:
         """The optax transformation, hyperparameters injected into its state
         (``learning_rate`` a number or an optax schedule)."""
+        fn, kwargs = self.rule()
+        return optax.inject_hyperparams(fn)(learning_rate=learning_rate, **kwargs)
+
+    def plain(
+        self, learning_rate: float | optax.Schedule = 0.1
+    ) -> optax.GradientTransformation:
+        """The plain optax transformation, as a hand-written loop calls it (the
+        injected hyperparameters of ``transform`` round differently in float32)."""
+        fn, kwargs = self.rule()
+        return fn(learning_rate=learning_rate, **kwargs)
+
+    @classmethod
+    def from_settings(cls, **settings: float) -> AbstractOptimizer:
+        """The optimizer built from a configuration's settings, each taken where
+        the method has it (β, weight decay, ε) and ignored where it has none."""
+        own = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in settings.items() if k in own})
 
     @property
     @abc.abstractmethod
@@ -42,10 +65,8 @@ class SGD(AbstractOptimizer):
 
     name: ClassVar[str] = "sgd"
 
-    def transform(
-        self, learning_rate: float | optax.Schedule = 0.1
-    ) -> optax.GradientTransformation:
-        return optax.inject_hyperparams(optax.sgd)(learning_rate=learning_rate)
+    def rule(self):
+        return optax.sgd, {}
 
     @property
     def stability(self) -> float:
@@ -62,12 +83,8 @@ class Momentum(AbstractOptimizer):
         if not 0 <= self.beta < 1:
             raise ValueError(f"beta must lie in [0, 1), got {self.beta}")
 
-    def transform(
-        self, learning_rate: float | optax.Schedule = 0.1
-    ) -> optax.GradientTransformation:
-        return optax.inject_hyperparams(optax.sgd)(
-            learning_rate=learning_rate, momentum=self.beta
-        )
+    def rule(self):
+        return optax.sgd, {"momentum": self.beta}
 
     @property
     def stability(self) -> float:
@@ -85,12 +102,8 @@ class Adam(AbstractOptimizer):
         if not 0 <= self.beta < 1:
             raise ValueError(f"beta must lie in [0, 1), got {self.beta}")
 
-    def transform(
-        self, learning_rate: float | optax.Schedule = 0.1
-    ) -> optax.GradientTransformation:
-        return optax.inject_hyperparams(optax.adam)(
-            learning_rate=learning_rate, b1=self.beta
-        )
+    def rule(self):
+        return optax.adam, {"b1": self.beta}
 
     @property
     def stability(self) -> float:
@@ -111,12 +124,8 @@ class AdamW(AbstractOptimizer):
         if not self.weight_decay >= 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
 
-    def transform(
-        self, learning_rate: float | optax.Schedule = 0.1
-    ) -> optax.GradientTransformation:
-        return optax.inject_hyperparams(optax.adamw)(
-            learning_rate=learning_rate, b1=self.beta, weight_decay=self.weight_decay
-        )
+    def rule(self):
+        return optax.adamw, {"b1": self.beta, "weight_decay": self.weight_decay}
 
     @property
     def stability(self) -> float:
@@ -177,12 +186,8 @@ class RMSProp(AbstractOptimizer):
         if not self.eps >= 0:
             raise ValueError(f"eps must be >= 0, got {self.eps}")
 
-    def transform(
-        self, learning_rate: float | optax.Schedule = 0.1
-    ) -> optax.GradientTransformation:
-        return optax.inject_hyperparams(rmsprop_from_first_gradient)(
-            learning_rate=learning_rate, decay=self.beta, eps=self.eps
-        )
+    def rule(self):
+        return rmsprop_from_first_gradient, {"decay": self.beta, "eps": self.eps}
 
     @property
     def stability(self) -> float:
@@ -208,10 +213,4 @@ def optimizer_named(
         raise ValueError(
             f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}"
         )
-    if name == "sgd":
-        return SGD()
-    if name == "adamw":
-        return AdamW(beta=beta, weight_decay=weight_decay)
-    if name == "rmsprop":
-        return RMSProp(beta=beta, eps=eps)
-    return OPTIMIZERS[name](beta=beta)
+    return OPTIMIZERS[name].from_settings(beta=beta, weight_decay=weight_decay, eps=eps)

@@ -8,6 +8,12 @@ wherever it is used.
 
 from __future__ import annotations
 
+import abc
+import functools
+from collections.abc import Callable
+from typing import ClassVar
+
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
@@ -29,3 +35,91 @@ def warmup_cosine(k, peak, warmup, total, final=0.0, xp=jnp):
     frac = xp.clip((k - warmup) / span, 0, 1)
     cos = final + (peak - final) * 0.5 * (1 + xp.cos(np.pi * frac))
     return xp.where(k < warmup, warm, cos)
+
+
+class AbstractSchedule(eqx.Module):
+    """A step-size schedule k -> η_k as an object: what a configuration's
+    ``schedule`` name becomes (``gflow.runs.names.SCHEDULES``), so that the loops
+    receive the schedule and never read its name.
+
+    Every schedule is a warmup-cosine in its four numbers (``peak``, ``warmup``,
+    ``total``, ``final``): a constant step is the one with no warmup and
+    ``final`` = ``peak``, whose η_k is exactly ``peak``. A loop that traces those
+    four numbers therefore runs every schedule in one compiled program.
+    """
+
+    name: eqx.AbstractClassVar[str]
+    peak: float
+    warmup: int
+    total: int
+    final: float
+
+    def __call__(self, k, xp=jnp):
+        """η_k (``k`` may be traced; ``xp``: jnp or numpy)."""
+        return warmup_cosine(k, self.peak, self.warmup, self.total, self.final, xp=xp)
+
+    @abc.abstractmethod
+    def rate(self, dtype=None) -> float | Callable:
+        """What an optax transformation takes as its learning rate: the number
+        itself for a constant step, else the schedule k -> η_k (its numbers as
+        ``dtype`` arrays, or the Python floats, weakly typed, for None)."""
+
+    @abc.abstractmethod
+    def clock(self, k: np.ndarray) -> np.ndarray:
+        """The flow clock t_k = Σ_{j<k} η_j at the steps ``k`` (float64)."""
+
+
+class Constant(AbstractSchedule):
+    """η_k = ``peak`` at every step."""
+
+    name: ClassVar[str] = "constant"
+
+    def __init__(self, peak: float, total: int = 1):
+        self.peak = peak
+        self.warmup = 0
+        self.total = total
+        self.final = peak
+
+    def rate(self, dtype=None) -> float:
+        return self.peak
+
+    def clock(self, k: np.ndarray) -> np.ndarray:
+        return np.asarray(k) * float(self.peak)  # k·η exactly, not a rounded sum
+
+
+class WarmupCosine(AbstractSchedule):
+    """Linear warmup from 0 to ``peak`` over ``warmup`` steps, then a cosine down
+    to ``final`` at step ``total`` (``warmup_cosine``)."""
+
+    name: ClassVar[str] = "warmup-cosine"
+
+    def __init__(self, peak: float, warmup: int, total: int, final: float = 0.0):
+        self.peak = peak
+        self.warmup = warmup
+        self.total = total
+        self.final = final
+
+    def __check_init__(self):
+        if not 0 <= self.warmup <= self.total:
+            raise ValueError(
+                f"warmup must lie in [0, total = {self.total}], got {self.warmup}"
+            )
+
+    def rate(self, dtype=None) -> Callable:
+        def number(x):
+            return x if dtype is None else np.asarray(x, dtype)
+
+        return functools.partial(
+            warmup_cosine,
+            peak=number(self.peak),
+            warmup=self.warmup,
+            total=self.total,
+            final=number(self.final),
+        )
+
+    def clock(self, k: np.ndarray) -> np.ndarray:
+        # float64 arguments: a Python float would take float32's (weak) type
+        peak, end = np.float64(self.peak), np.float64(self.final)
+        steps = np.arange(self.total)
+        eta = warmup_cosine(steps, peak, self.warmup, self.total, end, xp=np)
+        return np.concatenate([[0.0], np.cumsum(eta)])[np.asarray(k)]

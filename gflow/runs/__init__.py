@@ -20,10 +20,13 @@ from gflow.runs.config import ConfigError as ConfigError
 from gflow.runs.config import Option as Option
 from gflow.runs.config import setting as setting
 from gflow.runs.names import METHODS as METHODS
+from gflow.runs.names import MODELS as MODELS
 from gflow.runs.names import NAMES as NAMES
+from gflow.runs.names import OPTIMIZERS as OPTIMIZERS
 from gflow.runs.names import REFERENCES as REFERENCES
 from gflow.runs.names import SCHEDULES as SCHEDULES
 from gflow.runs.names import SOLVERS as SOLVERS
+from gflow.runs.names import TOKENIZERS as TOKENIZERS
 from gflow.runs.names import NameTable as NameTable
 
 # Checkpoints: fingerprinted, verified pieces; resumable flows and sweeps.
@@ -68,6 +71,9 @@ from gflow.runs import train as train
 
 __all__ = [
     "METHODS",
+    "MODELS",
+    "OPTIMIZERS",
+    "TOKENIZERS",
     "NAMES",
     "REFERENCES",
     "SCHEDULES",

@@ -13,8 +13,8 @@ from gflow.dynamics import optimizer_run
 from gflow.dynamics.flow import solve_flow
 from gflow.dynamics.references.central_adaptive import (
     CENTRAL_FLOW_OPTIMIZERS,
-    central_flow_of,
 )
+from gflow.dynamics.references.flow import FlowReference
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import PopulationLoss
 from gflow.runs.config import AbstractConfig, ConfigError, at_least, bad, setting
@@ -22,7 +22,7 @@ from gflow.runs.environment import environment
 from gflow.runs.files import write_json
 from gflow.runs.flow_run import FlowConfig
 from gflow.runs.job import AbstractJob, Context
-from gflow.runs.names import OPTIMIZERS
+from gflow.runs.names import OPTIMIZERS, REFERENCES
 from gflow.runs.run_dir import RunDirectory
 from gflow.runs.trajectory_files import save_trajectory
 
@@ -130,13 +130,13 @@ class CompareJob(AbstractJob[CompareConfig]):
         chain = cfg.flow.chain()
         loss, model = PopulationLoss(chain), cfg.flow.model()
         chosen = OPTIMIZERS.build(cfg.optimizer, beta=cfg.beta, eps=cfg.eps)
-        reference = None
-        if cfg.reference == "central":
-            reference = central_flow_of(chosen)
-            try:
-                reference.check_start(loss, model, cfg.lr)
-            except ValueError as e:
-                raise ConfigError(f"--reference central: {e}") from None
+        reference = REFERENCES.build(cfg.reference, optimizer=chosen)
+        try:
+            reference.check_start(loss, model, cfg.lr)
+        except ValueError as e:
+            raise ConfigError(f"--reference {cfg.reference}: {e}") from None
+        if isinstance(reference, FlowReference):
+            reference = None  # the flow: compared with in any case
         return ComparePlan(
             cfg, loss, model, MarkovObservables(chain), chosen, reference, chain.pi
         )

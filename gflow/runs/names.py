@@ -9,19 +9,29 @@ below that receives the objects and never reads a name.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 import diffrax
 
 from gflow.dynamics.optimizers import OPTIMIZERS as _OPTIMIZER_CLASSES
-from gflow.dynamics.optimizers import AbstractOptimizer, optimizer_named
+from gflow.dynamics.optimizers import AbstractOptimizer
 from gflow.dynamics.references.central import CentralFlowReference
+from gflow.dynamics.references.central_adaptive import central_flow_of
 from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
-from gflow.dynamics.schedules import warmup_cosine
+from gflow.dynamics.schedules import Constant, WarmupCosine
 from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 from gflow.runs.config import ConfigError
+from gflow.text.strategies import (
+    DeepText,
+    FixedTokenization,
+    FullBatchGD,
+    IntegratedFlow,
+    OneLayerText,
+    SubwordTokenization,
+)
+from gflow.text.subword import KINDS as _SUBWORD_KINDS
+from gflow.text.tokenize import TOKENIZERS as _FIXED_TOKENIZERS
 
 T = TypeVar("T")
 
@@ -33,12 +43,21 @@ class NameTable(Mapping[str, Callable[..., T] | None], Generic[T]):
     name with a ConfigError listing the known ones, ``build`` calls the builder.
     """
 
-    def __init__(self, kind: str, builders: Mapping[str, Callable[..., T] | None]):
+    def __init__(
+        self,
+        kind: str,
+        builders: Mapping[str, Callable[..., T] | None],
+        aliases: Mapping[str, str] | None = None,
+    ):
         self.kind = kind
         self._builders = dict(builders)
+        self._aliases = dict(aliases or {})  # other names of some entries
 
     def __getitem__(self, name: str) -> Callable[..., T] | None:
-        return self._builders[name]
+        return self._builders[self._aliases.get(name, name)]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._builders or name in self._aliases
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._builders)
@@ -51,7 +70,7 @@ class NameTable(Mapping[str, Callable[..., T] | None], Generic[T]):
 
     def check(self, field: str, name: str) -> None:
         """ConfigError ``field: unknown <kind> 'name'; choose one of ...``."""
-        if name not in self._builders:
+        if name not in self:
             raise ConfigError(
                 f"{field}: unknown {self.kind} {name!r}; choose one of "
                 f"{', '.join(self._builders)}"
@@ -60,9 +79,9 @@ class NameTable(Mapping[str, Callable[..., T] | None], Generic[T]):
     def build(self, name: str, *args: Any, **kwargs: Any) -> T:
         """The object called ``name``, built with ``args`` and ``kwargs``."""
         self.check(self.kind, name)
-        if self._builders[name] is None:
+        if self[name] is None:
             raise TypeError(f"the {self.kind} {name!r} is a name only: no builder")
-        return self._builders[name](*args, **kwargs)
+        return self[name](*args, **kwargs)
 
 
 #: Diffrax's solvers and gflow's own (``gflow.solvers``) by the names of ``--solver``.
@@ -85,55 +104,71 @@ SOLVERS: NameTable[diffrax.AbstractSolver] = NameTable(
 )
 
 #: The optimizers of ``gflow.dynamics``, built from a configuration's β, weight
-#: decay and ε (``optimizer_named``).
+#: decay and ε (each class's ``from_settings``). ``gd`` is SGD by the name ``gflow
+#: text`` gives it on the full batch.
 OPTIMIZERS: NameTable[AbstractOptimizer] = NameTable(
     "optimizer",
-    {
-        name: (lambda n: lambda **kw: optimizer_named(n, **kw))(name)
-        for name in _OPTIMIZER_CLASSES
-    },
+    {name: cls.from_settings for name, cls in _OPTIMIZER_CLASSES.items()},
+    aliases={"gd": "sgd"},
 )
 
-#: The references a sweep compares its members with (the central flow is the
-#: optimizer's own: ``central_flow_of``).
+#: The references a sweep compares its members with, built for the sweep's
+#: ``optimizer`` (the central flow is the optimizer's own: ``central_flow_of``).
 REFERENCES = NameTable(
     "reference",
     {
-        "flow": FlowReference,
-        "modified": ModifiedFlowReference,
-        "central": CentralFlowReference,
+        "flow": lambda optimizer=None: FlowReference(),
+        "modified": lambda optimizer=None: ModifiedFlowReference(),
+        "central": lambda optimizer=None: (
+            CentralFlowReference() if optimizer is None else central_flow_of(optimizer)
+        ),
     },
 )
 
 
-def _constant(peak: float, *, steps: int, warmup_steps: int):
-    return peak
+def _constant(peak: float, *, steps: int, warmup_steps: int = 0, final=None):
+    return Constant(peak, steps)
 
 
-def _warmup_cosine(peak: float, *, steps: int, warmup_steps: int):
-    return functools.partial(
-        warmup_cosine, peak=peak, warmup=max(1, warmup_steps), total=steps
-    )
+def _warmup_cosine(peak: float, *, steps: int, warmup_steps: int, final=0.0):
+    return WarmupCosine(peak, warmup_steps, steps, final)
 
 
-#: Step-size schedules of ``gflow train``: the step size itself, or the linear
-#: warmup from 0 to the peak then cosine decay to 0 at the last step
-#: (``gflow.dynamics.schedules.warmup_cosine``, the one ``gflow text`` uses too; the
-#: values of optax's ``warmup_cosine_decay_schedule``).
+#: Step-size schedules (``gflow.dynamics.schedules``), built from the peak, the
+#: steps, the warmup steps and the final step size: a constant step, or the linear
+#: warmup from 0 to the peak then a cosine decay to ``final`` at the last step (the
+#: values of optax's ``warmup_cosine_decay_schedule``). ``gflow train`` and
+#: ``gflow text`` both take theirs from here.
 SCHEDULES = NameTable(
     "schedule", {"constant": _constant, "warmup-cosine": _warmup_cosine}
 )
 
 #: How a deterministic text run follows the flow: full-batch GD or the flow itself
-#: (names only: the text job reads them).
-METHODS = NameTable("method", dict.fromkeys(("gd", "flow")))
+#: (``gflow.text.strategies``), built from the run's settings.
+METHODS = NameTable(
+    "method",
+    {"gd": FullBatchGD.from_settings, "flow": IntegratedFlow.from_settings},
+)
 
 #: The models a text run trains: the one-layer ``AttentionModel`` (a
-#: ``PositionalAttentionModel`` with positions) or the deep ``Transformer`` (names
-#: only: the text job reads them).
-MODELS = NameTable("model", dict.fromkeys(("attention", "transformer")))
+#: ``PositionalAttentionModel`` with positions) or the deep ``Transformer``.
+MODELS = NameTable(
+    "model",
+    {"attention": OneLayerText.from_settings, "transformer": DeepText.from_settings},
+)
+
+#: How a corpus is cut into tokens: the fixed tokenisers and the subword kinds
+#: trained on the corpus (offline).
+TOKENIZERS = NameTable(
+    "tokenizer",
+    {
+        **dict.fromkeys(_FIXED_TOKENIZERS, FixedTokenization.from_settings),
+        **dict.fromkeys(_SUBWORD_KINDS, SubwordTokenization.from_settings),
+    },
+)
 
 #: Every kind of strategy a configuration can name, by kind.
 NAMES: dict[str, NameTable] = {
-    t.kind: t for t in (SOLVERS, OPTIMIZERS, REFERENCES, SCHEDULES, METHODS, MODELS)
+    t.kind: t
+    for t in (SOLVERS, OPTIMIZERS, REFERENCES, SCHEDULES, METHODS, MODELS, TOKENIZERS)
 }

@@ -21,11 +21,9 @@ from gflow.analysis.sharpness import predicted_departure, sharpness_along
 from gflow.analysis.stage_observables import StageObservables
 from gflow.analysis.stages import detect_stages
 from gflow.analysis.sweep_compare import compare_sweep
-from gflow.dynamics.optimizers import optimizer_named
 from gflow.dynamics.references.base import evaluate_along
 from gflow.dynamics.references.central_adaptive import (
     CENTRAL_FLOW_OPTIMIZERS,
-    central_flow_of,
 )
 from gflow.dynamics.references.flow import FlowReference
 from gflow.dynamics.sweep import SweepRun, member_mesh, run_sweep
@@ -177,7 +175,7 @@ def run_sweep_members(
     process 0 gets the whole sweep; the others get None.
     """
     loss, model = PopulationLoss(cfg.flow.chain()), cfg.flow.model()
-    optimizer = optimizer_named(cfg.optimizer, cfg.beta, eps=cfg.eps).transform()
+    optimizer = optimizer_of(cfg).transform()
     # this process's devices only: a program over every process's devices would
     # synchronise the processes at every step of the adaptive loop
     devices = jax.local_devices()
@@ -211,8 +209,9 @@ def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
     """
     chain = cfg.flow.chain()
     loss, model = PopulationLoss(chain), cfg.flow.model()
-    stability = optimizer_named(cfg.optimizer, cfg.beta, eps=cfg.eps).stability
-    result = compare_sweep(run, reference_of(cfg), loss, model, threshold=cfg.threshold)
+    stability = optimizer_of(cfg).stability
+    reference = reference_of(cfg)
+    result = compare_sweep(run, reference, loss, model, threshold=cfg.threshold)
     refs = result["references"]
     if refs:
         ref = refs[min(refs, key=lambda m: run.lrs[m])]
@@ -222,7 +221,7 @@ def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
             rec["predicted_departure"] = predicted_departure(
                 ref.t, lam, rec["lr"], stability
             )
-    if cfg.reference != "flow":
+    if not isinstance(reference, FlowReference):  # the distances to the flow too
         _add_flow_distances(result, run, loss, model, cfg.threshold)
     if cfg.member_analysis:
         _add_member_analysis(result, run, loss, chain, key, stability)
@@ -231,11 +230,15 @@ def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
     return result
 
 
+def optimizer_of(cfg: SweepConfig):
+    """The optimizer object of ``cfg`` (its β and ε)."""
+    return OPTIMIZERS.build(cfg.optimizer, beta=cfg.beta, eps=cfg.eps)
+
+
 def reference_of(cfg: SweepConfig):
-    """The reference object of ``cfg``: the central flow is the optimizer's own."""
-    if cfg.reference == "central":
-        return central_flow_of(optimizer_named(cfg.optimizer, cfg.beta, eps=cfg.eps))
-    return REFERENCES[cfg.reference]()
+    """The reference object of ``cfg``, for its optimizer (the central flow is the
+    optimizer's own)."""
+    return REFERENCES.build(cfg.reference, optimizer=optimizer_of(cfg))
 
 
 def check_reference(cfg: SweepConfig) -> None:
@@ -389,11 +392,10 @@ class SweepJob(AbstractJob[SweepConfig]):
         return dataclasses.replace(cfg, chunk=min(cfg.chunk, -(-len(cfg.lrs) // count)))
 
     def plan(self, cfg: SweepConfig) -> SweepConfig:
-        if cfg.reference == "central":
-            try:
-                check_reference(cfg)
-            except ValueError as e:
-                raise ConfigError(f"--reference central: {e}") from None
+        try:
+            check_reference(cfg)
+        except ValueError as e:
+            raise ConfigError(f"--reference {cfg.reference}: {e}") from None
         return cfg
 
     def run(self, cfg: SweepConfig, directory: RunDirectory, context: Context):

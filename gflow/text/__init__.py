@@ -31,11 +31,21 @@ from gflow.text.counts import counts_loss as counts_loss
 from gflow.text.counts import window_log_counts as window_log_counts
 
 # Training
-from gflow.text.fullbatch import SCHEDULES as SCHEDULES
 from gflow.text.fullbatch import run_full_batch as run_full_batch
 from gflow.text.fullbatch import warmup_cosine as warmup_cosine
 from gflow.text.train import batch_loss as batch_loss
 from gflow.text.train import run_minibatch as run_minibatch
+
+# What a text run's names become
+from gflow.text.strategies import AbstractFlowMethod as AbstractFlowMethod
+from gflow.text.strategies import AbstractTextModel as AbstractTextModel
+from gflow.text.strategies import AbstractTokenization as AbstractTokenization
+from gflow.text.strategies import DeepText as DeepText
+from gflow.text.strategies import FixedTokenization as FixedTokenization
+from gflow.text.strategies import FullBatchGD as FullBatchGD
+from gflow.text.strategies import IntegratedFlow as IntegratedFlow
+from gflow.text.strategies import OneLayerText as OneLayerText
+from gflow.text.strategies import SubwordTokenization as SubwordTokenization
 
 # Observables of query rows
 from gflow.text.observables import TextObservables as TextObservables
@@ -52,10 +62,18 @@ from gflow.text.stability import stability_line as stability_line
 from gflow.text.stability import stability_warning as stability_warning
 
 __all__ = [
+    "AbstractFlowMethod",
+    "AbstractTextModel",
+    "AbstractTokenization",
+    "DeepText",
+    "FixedTokenization",
+    "FullBatchGD",
+    "IntegratedFlow",
+    "OneLayerText",
+    "SubwordTokenization",
     "ByteTokenizer",
     "HUB_CORPORA",
     "PositionalAttentionModel",
-    "SCHEDULES",
     "SubwordTokenizer",
     "TOKENIZERS",
     "TextLoss",

@@ -32,14 +32,9 @@ from jaxtyping import Scalar
 from gflow.array_types import LossFn, Model
 from gflow.dynamics.optimizer_step import guarded_step
 from gflow.dynamics.optimizers import SGD, Adam, AdamW
-from gflow.dynamics.schedules import warmup_cosine
+from gflow.dynamics.schedules import AbstractSchedule, Constant, warmup_cosine
 from gflow.dynamics.trajectory import Trajectory
 from gflow.dynamics.tree import tree_where
-
-#: Step-size schedules: a constant η, or a linear warmup from 0 to the peak η over
-#: the first ``warmup`` steps and a cosine decay from the peak to ``final`` at the
-#: last step (``warmup_cosine``).
-SCHEDULES = ("constant", "warmup-cosine")
 
 
 def gd_or_adam(
@@ -75,17 +70,17 @@ def gd_or_adam(
 def _loop(params, static, loss_fn, hyper, steps, save_every, *, num_saves, b1):
     """Run ``steps`` steps (traced) and save at 0, e, 2e, ..., (n-1)e and ``steps``.
 
-    ``hyper``: the traced (peak η, adaptive flag, weight decay, clip, cosine flag,
-    warmup steps, final η) of ``run_full_batch``. Returns (loss [n+1], grad_norm
+    ``hyper``: the traced (peak η, adaptive flag, weight decay, clip, warmup
+    steps, final η) of ``run_full_batch``. Returns (loss [n+1], grad_norm
     [n+1], snapshots [n+1, ...], final params, diverged step or -1). Iteration
     k = steps only evaluates (no update), so the final save reuses the loop's one
     gradient.
     """
-    lr, adaptive, weight_decay, clip, cosine, warmup, final = hyper
+    lr, adaptive, weight_decay, clip, warmup, final = hyper
 
     def optimizer_at(k):
+        # a constant step is the schedule with no warmup and final = lr: exactly lr
         eta = warmup_cosine(k, lr, warmup, steps, final)
-        eta = jnp.where(cosine > 0, eta, lr)  # exactly lr for a constant step
         return gd_or_adam(eta, adaptive, b1, weight_decay, clip)
 
     dtype = jax.tree.leaves(params)[0].dtype
@@ -133,12 +128,9 @@ def run_full_batch(
     model: Model,
     *,
     optimizer: SGD | Adam | AdamW,
-    learning_rate: float,
+    learning_rate: float | AbstractSchedule,
     steps: int,
     num_saves: int,
-    schedule: str = "constant",
-    warmup: int = 0,
-    final_lr: float = 0.0,
     clip: float = 0.0,
 ) -> Trajectory:
     """Full-batch GD, Adam or AdamW with parameter snapshots, on the flow clock
@@ -150,15 +142,13 @@ def run_full_batch(
         optimizer: ``SGD()`` (``optax.sgd``), ``Adam(beta=β₁)`` (``optax.adam``) or
             ``AdamW(beta=β₁, weight_decay=λ)`` (``optax.adamw``), from
             ``gflow.dynamics.optimizers``.
-        learning_rate: the step size η (traced): constant, or the schedule's peak.
-        steps: number of steps (traced).
+        learning_rate: the step size η (traced), or a schedule
+            (``gflow.dynamics.Constant``, ``WarmupCosine``) whose four numbers are
+            traced: every schedule shares the compiled loop.
+        steps: number of steps (traced); a schedule's ``total`` should equal it.
         num_saves: saves at steps 0, e, ..., (num_saves-1)·e with
             e = max(1, steps // num_saves), and at ``steps`` (static: the shape of
             the outputs).
-        schedule: ``"constant"`` or ``"warmup-cosine"`` (``warmup_cosine`` over the
-            ``steps``, from 0 up to η over ``warmup`` steps, then down to
-            ``final_lr``).
-        warmup, final_lr: the schedule's warmup steps and final step size.
         clip: clip the gradient to this global norm before the optimizer (0: off).
 
     Returns:
@@ -174,27 +164,33 @@ def run_full_batch(
         raise ValueError(f"steps must be a positive integer, got {steps!r}")
     if not isinstance(num_saves, (int, np.integer)) or num_saves < 1:
         raise ValueError(f"num_saves must be a positive integer, got {num_saves!r}")
-    if not learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if not (isinstance(warmup, (int, np.integer)) and 0 <= warmup < steps):
-        raise ValueError(f"warmup must be an integer in [0, steps), got {warmup!r}")
-    if not final_lr >= 0 or not clip >= 0:
-        raise ValueError(f"final_lr and clip must be >= 0, got {final_lr}, {clip}")
+    schedule = (
+        learning_rate
+        if isinstance(learning_rate, AbstractSchedule)
+        else Constant(learning_rate, steps)
+    )
+    if not schedule.peak > 0:
+        raise ValueError(f"learning_rate must be > 0, got {schedule.peak}")
+    if not 0 <= schedule.warmup < steps:
+        raise ValueError(
+            f"warmup must be an integer in [0, steps), got {schedule.warmup!r}"
+        )
+    if not schedule.final >= 0 or not clip >= 0:
+        raise ValueError(
+            f"final_lr and clip must be >= 0, got {schedule.final}, {clip}"
+        )
     n = min(int(num_saves), int(steps))
     every = max(1, steps // n)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     dtype = jax.tree.leaves(params)[0].dtype
     weight_decay = optimizer.weight_decay if isinstance(optimizer, AdamW) else 0.0
     hyper = (
-        jnp.asarray(learning_rate, dtype),
+        jnp.asarray(schedule.peak, dtype),
         jnp.asarray(float(isinstance(optimizer, (Adam, AdamW))), dtype),
         jnp.asarray(weight_decay, dtype),
         jnp.asarray(clip, dtype),
-        jnp.asarray(float(schedule == "warmup-cosine"), dtype),
-        jnp.asarray(warmup, jnp.int32),
-        jnp.asarray(final_lr, dtype),
+        jnp.asarray(schedule.warmup, jnp.int32),
+        jnp.asarray(schedule.final, dtype),
     )
     losses, norms, snaps, final, bad_at = _loop(
         params,
@@ -212,13 +208,7 @@ def run_full_batch(
     if bad_at >= 0:
         stats["diverged_step"] = bad_at
     k = np.minimum(k, steps if bad_at < 0 else bad_at)
-    if schedule == "constant":
-        t = k * float(learning_rate)  # k·η exactly, not a rounded sum
-    else:
-        # float64 arguments: a Python float would take float32's (weak) type
-        peak, end = np.float64(learning_rate), np.float64(final_lr)
-        eta = warmup_cosine(np.arange(steps), peak, warmup, steps, end, xp=np)
-        t = np.concatenate([[0.0], np.cumsum(eta)])[k]
+    t = schedule.clock(k)
     return Trajectory(
         t=t,
         metrics={"loss": np.asarray(losses), "grad_norm": np.asarray(norms)},
@@ -229,11 +219,11 @@ def run_full_batch(
         info={
             "kind": "optimizer",
             "method": _METHODS[type(optimizer)],
-            "learning_rate": float(learning_rate),
+            "learning_rate": float(schedule.peak),
             "steps": int(steps),
-            "schedule": schedule,
-            "warmup_steps": int(warmup),
-            "final_lr": float(final_lr),
+            "schedule": schedule.name,
+            "warmup_steps": int(schedule.warmup),
+            "final_lr": float(schedule.final),
             "weight_decay": float(weight_decay),
             "clip": float(clip),
         },

@@ -11,8 +11,7 @@ from typing import ClassVar
 from gflow.runs.config import AbstractConfig, bad, check_seed, setting
 from gflow.runs.names import METHODS as _METHODS
 from gflow.runs.names import MODELS as _MODELS
-from gflow.runs.names import SOLVERS
-from gflow.text.fullbatch import SCHEDULES
+from gflow.runs.names import SCHEDULES, SOLVERS
 from gflow.text.subword import KINDS, WHITESPACE, WHITESPACE_MODES
 from gflow.text.tokenize import TOKENIZERS
 

@@ -28,6 +28,7 @@ from gflow.runs.text.files import text_extras, write_text_files, write_text_run
 from gflow.runs.text.pieces import RunPieces
 from gflow.runs.text.run import TextData
 from gflow.runs.text.seeds import stages_summary, stages_table
+from gflow.runs.text.strategies import TextStrategies, text_strategies
 from gflow.text.row_phases import describe
 from gflow.text.stability import stability_line, stability_warning
 from gflow.text.subword import KINDS
@@ -42,6 +43,7 @@ class TextPlan:
 
     cfg: TextConfig
     data: TextData
+    strategies: TextStrategies
 
 
 @dataclasses.dataclass
@@ -98,8 +100,9 @@ class TextJob(AbstractJob[TextConfig]):
 
     def plan(self, cfg: TextConfig) -> TextPlan:
         start = time.perf_counter()
+        strategies = text_strategies(cfg)  # the names become objects here, once
         try:
-            data = text_run.prepare(cfg)
+            data = text_run.prepare(cfg, strategies)
         except FileNotFoundError as e:
             raise ConfigError(f"corpus: {e}") from None
         except ConfigError:
@@ -107,7 +110,7 @@ class TextJob(AbstractJob[TextConfig]):
         except ValueError as e:
             raise ConfigError(str(e)) from None
         log.info("prepared the data in %.2f s", time.perf_counter() - start)
-        return TextPlan(cfg, data)
+        return TextPlan(cfg, data, strategies)
 
     def config_extras(self, plan: TextPlan) -> dict:
         return text_extras(plan.cfg, plan.data)
@@ -141,11 +144,20 @@ class TextJob(AbstractJob[TextConfig]):
         pieces = RunPieces(directory.path, cfg, data)
         processes = context.processes
         if processes is None:
-            runs = text_run.run_text(cfg, data, pieces=pieces, report=report)
+            runs = text_run.run_text(
+                cfg, data, pieces=pieces, report=report, strategies=plan.strategies
+            )
         else:
             owner = dict(zip(cfg.seed_list, deal(cfg.seeds, processes.count)))
             mine = [s for s in cfg.seed_list if owner[s] == processes.index]
-            text_run.run_text(cfg, data, pieces=pieces, report=report, seeds=mine)
+            text_run.run_text(
+                cfg,
+                data,
+                pieces=pieces,
+                report=report,
+                seeds=mine,
+                strategies=plan.strategies,
+            )
             total(0, processes)  # every process has saved its runs once this returns
             jax.distributed.shutdown()  # process 0 goes on alone
             if not processes.main:
@@ -154,7 +166,13 @@ class TextJob(AbstractJob[TextConfig]):
                 seeds = [s for s in cfg.seed_list if owner[s] == p]
                 log.info("seeds from process %d of %d: %s", p, processes.count, seeds)
             try:
-                runs = text_run.run_text(cfg, data, pieces=pieces, read_only=True)
+                runs = text_run.run_text(
+                    cfg,
+                    data,
+                    pieces=pieces,
+                    read_only=True,
+                    strategies=plan.strategies,
+                )
             except FileNotFoundError as e:
                 raise FileNotFoundError(
                     f"{e} in {pieces.directory}; put the run directory on a "

@@ -19,31 +19,22 @@ stages_summary.json holds each stage's time as mean ± sd over the seeds.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
-from pathlib import Path
 
-import equinox as eqx
 import jax
 import numpy as np
 import optax
 
 from gflow.analysis.head_observables import HeadObservables
-from gflow.dynamics.flow import solve_flow
-from gflow.dynamics.optimizers import SGD, Adam, AdamW
-from gflow.dynamics.schedules import warmup_cosine
 from gflow.dynamics.trajectory import Trajectory
-from gflow.problems.model import AttentionModel
-from gflow.problems.transformer import Transformer
-from gflow.runs.flow_run import SOLVERS
 from gflow.runs.text.config import PAPER_QUERIES, TextConfig
+from gflow.runs.text.strategies import TextStrategies, text_strategies
 from gflow.text.corpus import load_corpus
 from gflow.text.fullbatch import run_full_batch
 from gflow.text.observables import TextObservables, default_queries, observe_snapshots
-from gflow.text.positional import PositionalAttentionModel, TextLoss
-from gflow.text.stability import stability_check
-from gflow.text.subword import KINDS, SubwordTokenizer
-from gflow.text.tokenize import TOKENIZERS, Vocabulary
+from gflow.text.positional import TextLoss
+from gflow.text.subword import SubwordTokenizer
+from gflow.text.tokenize import Vocabulary
 from gflow.text.train import run_minibatch
 from gflow.text.windows import WindowStream, fixed_sample, query_windows
 
@@ -61,17 +52,11 @@ class TextData:
     row_sample: np.ndarray | None = None  # int32 [r, context + 1]: the rows' extra
 
 
-def prepare(cfg: TextConfig) -> TextData:
+def prepare(cfg: TextConfig, strategies: TextStrategies | None = None) -> TextData:
     """Load, tokenise, build the vocabulary, cut the fixed sample, pick queries."""
+    strategies = strategies or text_strategies(cfg)
     text = load_corpus(cfg.corpus, max_chars=cfg.max_chars, download=cfg.download)
-    subword = None
-    if cfg.tokenizer in KINDS:
-        subword = _subword(cfg, text)
-        toks = subword(text)
-        vocab = Vocabulary.build(toks, subword.vocab_size)  # every piece is kept
-    else:
-        toks = TOKENIZERS[cfg.tokenizer](text)
-        vocab = Vocabulary.build(toks, cfg.vocab_size)
+    toks, vocab, subword = strategies.tokenization.cut(text)
     ids = vocab.encode(toks)
     sample = fixed_sample(ids, length=cfg.context, num=cfg.windows)
     try:
@@ -87,85 +72,30 @@ def prepare(cfg: TextConfig) -> TextData:
     return TextData(vocab, ids, sample, queries, top, subword, rows)
 
 
-def _subword(cfg: TextConfig, text: str) -> SubwordTokenizer:
-    """The subword tokeniser: read from ``tokenizer_file`` (a run directory's
-    tokenizer.json, so a run reuses its pieces), else trained on the corpus."""
-    if cfg.tokenizer_file is None:
-        return SubwordTokenizer.train(
-            text,
-            kind=cfg.tokenizer,
-            vocab_size=cfg.vocab_size,
-            whitespace=cfg.whitespace,
-        )
-    try:
-        tok = SubwordTokenizer.from_json(Path(cfg.tokenizer_file).read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"tokenizer_file: {cfg.tokenizer_file}: {e}") from None
-    if tok.kind != cfg.tokenizer:
-        raise ValueError(
-            f"tokenizer_file: {cfg.tokenizer_file} holds a {tok.kind} tokeniser, "
-            f"not {cfg.tokenizer}"
-        )
-    return tok
-
-
-def init_model(cfg: TextConfig, d: int, seed: int | None = None):
+def init_model(
+    cfg: TextConfig,
+    d: int,
+    seed: int | None = None,
+    strategies: TextStrategies | None = None,
+):
     """The initial model of ``seed`` (default ``cfg.seed``). The draw runs as one
     jitted program (eagerly each of its random normals would be compiled on its own,
     seconds each when busy), compiled once per model shape: the key is traced."""
-    shape = (cfg.model, cfg.layers, cfg.heads, cfg.positional, cfg.context)
-    init = _initializer(*shape, d, cfg.d_model, cfg.init_scale, cfg.x64)
-    return init(jax.random.key(cfg.seed if seed is None else seed))
+    model = (strategies or text_strategies(cfg)).model
+    key = jax.random.key(cfg.seed if seed is None else seed)
+    return model.init(d, key, np.float64 if cfg.x64 else np.float32)
 
 
-@functools.lru_cache(maxsize=8)
-def _initializer(model, layers, heads, positional, context, d, d_model, scale, x64):
-    dtype = np.float64 if x64 else np.float32
-    kwargs = dict(d_vocab=d, d_model=d_model, init_scale=scale)
-    if model == "transformer":  # no values, MLP or LayerNorm: the one-layer model's
-        init = functools.partial(
-            Transformer.init,
-            n_layers=layers,
-            n_heads=heads,
-            max_len=context if positional else None,
-            **kwargs,
-        )
-    elif positional:
-        init = functools.partial(
-            PositionalAttentionModel.init, context_length=context, **kwargs
-        )
-    else:
-        init = functools.partial(AttentionModel.init, **kwargs)
-    return eqx.filter_jit(lambda key: init(key=key, dtype=dtype))
-
-
-def step_size(cfg: TextConfig, dtype=np.float32):
-    """The optimizer arm's step size: ``opt_lr``, or its warmup-cosine schedule
-    k -> η_k over ``opt_steps`` (``warmup_cosine``; a function of traced k)."""
-    if cfg.schedule == "constant":
-        return cfg.opt_lr
-    return functools.partial(
-        warmup_cosine,
-        peak=np.asarray(cfg.opt_lr, dtype),
-        warmup=cfg.warmup_steps,
-        total=cfg.opt_steps,
-        final=np.asarray(cfg.final_lr, dtype),
-    )
-
-
-def arm_transform(cfg: TextConfig, dtype=np.float32):
-    """The optax transformation of a minibatch optimizer arm at ``step_size``:
-    ``optax.sgd`` (gd, sgd), ``optax.adam`` or ``optax.adamw`` (β₁ = 0.9, decay
-    ``weight_decay``), after ``optax.clip_by_global_norm`` when ``clip`` > 0. Plain
-    optax, as a hand-written loop would call it (``optimizer_named``'s injected
-    hyperparameters round differently in float32)."""
-    lr = step_size(cfg, dtype)
-    tx = {
-        "gd": lambda: optax.sgd(lr),
-        "sgd": lambda: optax.sgd(lr),
-        "adam": lambda: optax.adam(lr),
-        "adamw": lambda: optax.adamw(lr, weight_decay=cfg.weight_decay),
-    }[cfg.optimizer]()
+def arm_transform(
+    cfg: TextConfig, dtype=np.float32, strategies: TextStrategies | None = None
+):
+    """The optax transformation of a minibatch optimizer arm: the optimizer's
+    plain optax rule (``optax.sgd``, ``optax.adam``, ``optax.adamw``) at the
+    schedule's step size, after ``optax.clip_by_global_norm`` when ``clip`` > 0.
+    Plain optax, as a hand-written loop would call it (the injected hyperparameters
+    of ``AbstractOptimizer.transform`` round differently in float32)."""
+    strategies = strategies or text_strategies(cfg)
+    tx = strategies.optimizer.plain(strategies.schedule.rate(dtype))
     if cfg.clip > 0:
         tx = optax.chain(optax.clip_by_global_norm(cfg.clip), tx)
     return tx
@@ -208,6 +138,7 @@ def run_text(
     *,
     seeds=None,
     read_only: bool = False,
+    strategies: TextStrategies | None = None,
 ) -> dict[str, Trajectory]:
     """Every seed's deterministic run (``cfg.method``) and optimizer arm, each pair
     from one init; names as ``cfg.run_names``.
@@ -223,11 +154,13 @@ def run_text(
     each run. ``seeds``: the seeds to run (default ``cfg.seed_list``; one process's
     share of several); ``read_only``: every run was saved in ``pieces`` (by other
     processes) and is read back, FileNotFoundError naming a run that was not.
+    ``strategies``: what the names of ``cfg`` stand for (default: built from them).
     """
+    strategies = strategies or text_strategies(cfg)
     d = len(data.vocab)
     loss = TextLoss(data.sample, d_vocab=d, all_positions=cfg.all_positions)
     obs = None  # a Transformer's observables are the per-head ones only
-    if cfg.model == "attention":
+    if strategies.model.rows:
         obs = TextObservables(
             data.sample,
             list(data.queries),
@@ -240,10 +173,10 @@ def run_text(
     shared = {}  # built once for all seeds, so that no program is compiled twice
     if cfg.opt_steps and cfg.batch:
         shared["stream"] = WindowStream(data.ids, length=cfg.context, batch=cfg.batch)
-        shared["tx"] = arm_transform(cfg, dtype)
+        shared["tx"] = arm_transform(cfg, dtype, strategies)
     runs = {}
     for seed in cfg.seed_list if seeds is None else seeds:
-        model = init_model(cfg, d, seed)
+        model = init_model(cfg, d, seed, strategies)
         for name, arm in zip(cfg.run_names(seed), (_reference, _arm)):
             traj = None if pieces is None else pieces.load(name, model)
             resumed = traj is not None
@@ -251,10 +184,10 @@ def run_text(
                 raise FileNotFoundError(f"run {name} (seed {seed}) was not saved")
             if not resumed:
                 start = time.perf_counter()
-                traj = arm(cfg, seed, model, loss, shared)
+                traj = arm(cfg, seed, model, loss, shared, strategies)
                 loop_s = time.perf_counter() - start
-                if arm is _reference and cfg.method == "gd":
-                    traj = _checked(cfg, loss, traj, seed)  # timed apart
+                if arm is _reference:
+                    traj = strategies.method.checked(loss, traj, seed)  # timed apart
                 traj = _observed(traj, obs, heads, loop_s)
                 traj = dataclasses.replace(traj, info={**traj.info, "seed": seed})
                 if pieces is not None:
@@ -265,33 +198,13 @@ def run_text(
     return runs
 
 
-def _reference(cfg: TextConfig, seed: int, model, loss, shared) -> Trajectory:
-    """The deterministic run of one seed: full-batch GD of step ``lr`` or the Tsit5
-    flow to ``steps``·``lr``, with parameter snapshots."""
-    if cfg.method == "gd":
-        return run_full_batch(
-            loss,
-            model,
-            optimizer=SGD(),
-            learning_rate=cfg.lr,
-            steps=cfg.steps,
-            num_saves=cfg.num_saves,
-        )
-    t1 = cfg.steps * cfg.lr
-    return solve_flow(
-        loss,
-        model,
-        t1=t1,
-        ts=np.linspace(0.0, t1, cfg.num_saves + 1),
-        solver=SOLVERS[cfg.solver](),
-        rtol=cfg.rtol,
-        atol=cfg.atol,
-        save_params=True,
-        progress=False,
-    )
+def _reference(cfg, seed, model, loss, shared, strategies) -> Trajectory:
+    """The deterministic run of one seed (``strategies.method``: full-batch GD of
+    step ``lr`` or the flow to ``steps``·``lr``), with parameter snapshots."""
+    return strategies.method.run(loss, model)
 
 
-def _arm(cfg: TextConfig, seed: int, model, loss, shared) -> Trajectory:
+def _arm(cfg, seed, model, loss, shared, strategies) -> Trajectory:
     """The optimizer arm of one seed, with parameter snapshots."""
     if cfg.batch:
         traj = run_minibatch(
@@ -300,27 +213,19 @@ def _arm(cfg: TextConfig, seed: int, model, loss, shared) -> Trajectory:
             shared["tx"],
             shared["stream"],
             steps=cfg.opt_steps,
-            learning_rate=step_size(cfg, np.float64),
+            learning_rate=strategies.schedule.rate(np.float64),
             key=jax.random.key(seed + 1),
             save_every=max(1, cfg.opt_steps // cfg.num_saves),
             save_params=True,
         )
     else:
-        optimizer = {
-            "gd": SGD(),
-            "adam": Adam(),
-            "adamw": AdamW(weight_decay=cfg.weight_decay),
-        }[cfg.optimizer]
         traj = run_full_batch(
             loss,
             model,
-            optimizer=optimizer,
-            learning_rate=cfg.opt_lr,
+            optimizer=strategies.optimizer,
+            learning_rate=strategies.schedule,
             steps=cfg.opt_steps,
             num_saves=cfg.num_saves,
-            schedule=cfg.schedule,
-            warmup=cfg.warmup_steps,
-            final_lr=cfg.final_lr,
             clip=cfg.clip,
         )
     arm = {
@@ -330,22 +235,7 @@ def _arm(cfg: TextConfig, seed: int, model, loss, shared) -> Trajectory:
         "peak_lr": cfg.opt_lr,
         "warmup_steps": cfg.warmup_steps,
         "final_lr": cfg.final_lr,
-        "weight_decay": cfg.weight_decay if cfg.optimizer == "adamw" else 0.0,
+        "weight_decay": getattr(strategies.optimizer, "weight_decay", 0.0),
         "clip": cfg.clip,
     }
     return dataclasses.replace(traj, info={**traj.info, **arm})
-
-
-def _checked(cfg: TextConfig, loss, ref: Trajectory, seed: int) -> Trajectory:
-    """The GD reference run with λ_max at ``cfg.sharpness_checks`` of its saves and
-    its stability ratio η·λ_max/2 (``stability_check``) in ``info["stability"]``,
-    the check's wall time in ``stats["sharpness_s"]``."""
-    if not cfg.sharpness_checks:
-        return ref
-    start = time.perf_counter()
-    check = stability_check(loss, ref, cfg.lr, checks=cfg.sharpness_checks, seed=seed)
-    return dataclasses.replace(
-        ref,
-        info={**ref.info, "stability": check},
-        stats={**ref.stats, "sharpness_s": time.perf_counter() - start},
-    )

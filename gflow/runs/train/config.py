@@ -147,14 +147,19 @@ class TrainConfig(AbstractConfig):
         """``steps`` rounded up to whole pieces."""
         return self.piece_steps * self.segments
 
-    def learning_rate(self):
-        """The step size: a number, or the warmup-cosine schedule over the run."""
+    def step_schedule(self):
+        """The schedule object over the run (``gflow.dynamics.schedules``); a
+        warmup lasts at least one step."""
         return SCHEDULES.build(
             self.schedule,
             self.lr,
             steps=self.total_steps,
-            warmup_steps=round(self.warmup * self.total_steps),
+            warmup_steps=max(1, round(self.warmup * self.total_steps)),
         )
+
+    def learning_rate(self):
+        """The step size optax takes: a number, or the warmup-cosine schedule."""
+        return self.step_schedule().rate()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,13 +23,13 @@ import optax
 from gflow.analysis.head_observables import HeadObservables
 from gflow.analysis.head_stages import HeadStage, detect_head_stages
 from gflow.dynamics.minibatch import minibatch_segment
-from gflow.dynamics.optimizers import optimizer_named
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import SequenceLoss, sequence_loss
 from gflow.problems.markov import MarkovChain, MarkovStream
 from gflow.problems.transformer import Transformer
 from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
 from gflow.runs.files import write_json
+from gflow.runs.names import OPTIMIZERS, TOKENIZERS
 from gflow.runs.train.config import LATER_SETTINGS, TrainConfig
 from gflow.runs.trajectory_files import (
     param_columns,
@@ -37,9 +37,8 @@ from gflow.runs.trajectory_files import (
     save_trajectory,
 )
 from gflow.text.corpus import load_corpus
-from gflow.text.subword import KINDS as SUBWORD_KINDS
 from gflow.text.subword import SubwordTokenizer
-from gflow.text.tokenize import TOKENIZERS, Vocabulary
+from gflow.text.tokenize import Vocabulary
 from gflow.text.windows import WindowStream, fixed_sample
 
 
@@ -66,19 +65,8 @@ def prepare(cfg: TrainConfig) -> TrainData:
         stream = MarkovStream(chain, batch=cfg.batch, length=length)
         return TrainData(len(cfg.pi), stream, np.asarray(sample), refs)
     text = load_corpus(cfg.data, max_chars=cfg.max_chars)
-    subword = None
-    if cfg.tokenizer in SUBWORD_KINDS:
-        subword = SubwordTokenizer.train(
-            text,
-            kind=cfg.tokenizer,
-            vocab_size=cfg.vocab_size,
-            whitespace=cfg.whitespace,
-        )
-        toks = subword(text)
-        vocab = Vocabulary.build(toks, subword.vocab_size)  # every piece is kept
-    else:
-        toks = TOKENIZERS[cfg.tokenizer](text)
-        vocab = Vocabulary.build(toks, cfg.vocab_size)
+    tokenization = TOKENIZERS.build(cfg.tokenizer, **dataclasses.asdict(cfg))
+    toks, vocab, subword = tokenization.cut(text)
     ids = vocab.encode(toks)
     sample = fixed_sample(ids, length=cfg.seq_len, num=cfg.eval_batch)
     stream = WindowStream(ids, length=cfg.seq_len, batch=cfg.batch)
@@ -154,9 +142,12 @@ def _transform(cfg: TrainConfig):
     schedule's peak is inside the schedule: one transformation per schedule.
     """
     lr = cfg.learning_rate()
-    mine = optimizer_named(cfg.optimizer, cfg.beta, cfg.weight_decay).transform(lr)
-    key = (cfg.optimizer, cfg.beta, cfg.weight_decay, cfg.schedule)
-    if cfg.schedule != "constant":
+    optimizer = OPTIMIZERS.build(
+        cfg.optimizer, beta=cfg.beta, weight_decay=cfg.weight_decay
+    )
+    mine = optimizer.transform(lr)
+    key = (optimizer, cfg.schedule)
+    if callable(lr):  # a schedule, not a number the state holds
         key += (cfg.lr, cfg.warmup, cfg.total_steps)
     if len(_TRANSFORMS) >= 16:
         _TRANSFORMS.clear()
