@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from gflow.analysis import compare_sweep, fit_order
+from gflow.analysis import SweepComparison, compare_sweep, fit_order
 from gflow.dynamics import run_sweep
 from gflow.dynamics.references import FlowReference
 
@@ -62,6 +62,16 @@ def test_members_that_leave_at_their_first_step_are_left_out(setup, sweep):
     assert res["order_reason"] is None
     # Richardson over the two smallest step sizes of the fit
     assert res["richardson"]["lrs"] == [0.2, 0.1]
+    # the typed result: fields and mapping agree, unset measures are absent and
+    # a misspelt one is refused where it is written
+    assert isinstance(res, SweepComparison) and res.order == res["order"]
+    assert res.members is res["members"] and res.sharpness is None
+    assert "sharpness" not in res and res.get("sharpness") is None
+    assert {"order", "intercept", "order_reason", "members"} <= set(res)
+    res["stability"] = 2.0
+    assert res.stability == 2.0 and res["stability"] == 2.0
+    with pytest.raises(KeyError, match="not a measure"):
+        res["stabilty"] = 2.0
 
 
 @pytest.mark.slow  # in CI's slow steps (.ci/run): keeps the default suite near 3 min

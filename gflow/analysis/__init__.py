@@ -67,6 +67,7 @@ from gflow.analysis.compare import fit_order as fit_order
 from gflow.analysis.compare import richardson as richardson
 from gflow.analysis.compare import stage_shifts as stage_shifts
 from gflow.analysis.compare import stage_times as stage_times
+from gflow.analysis.sweep_compare import SweepComparison as SweepComparison
 from gflow.analysis.sweep_compare import compare_sweep as compare_sweep
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "block_spectra",
     "block_weights",
     "compare",
+    "SweepComparison",
     "compare_sweep",
     "condensation_rate",
     "cosine",

@@ -11,6 +11,10 @@ can move the fitted slope far from the method's order.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
@@ -19,6 +23,79 @@ from gflow.analysis.sharpness import sharpness_along
 from gflow.array_types import LossFn, Model, Observables
 from gflow.dynamics.references.base import AbstractReference
 from gflow.dynamics.sweep import SweepRun
+
+
+@dataclasses.dataclass
+class SweepComparison(MutableMapping):
+    """A sweep's members against a reference (``compare_sweep``).
+
+    Attributes:
+        reference: the reference's name.
+        threshold: the distance that defines a departure.
+        order, intercept: the log-log fit of error against η over the members in
+            it (None when fewer than two remain; ``order_reason`` says why).
+        order_members: the indices of the members in the fit.
+        order_reason: why there is no order, or None.
+        excluded: member, lr and reason of each member left out of the fit.
+        richardson: the two smallest η of the fit extrapolated to η→0.
+        members: one record per member (lr, status, error, final_error,
+            departure_time, in_order_fit, ...; a command adds its own measures).
+        comparisons: member -> its ``Comparison`` with the reference.
+        references: member -> the reference trajectory at its times.
+        sharpness: (t, lambda_max) along the reference of the smallest η, or None.
+        run: the SweepRun compared (set by ``gflow sweep``), or None.
+        stability: the optimizer's stability constant c, or None.
+        members_wall_s: the members' wall time (set by ``gflow sweep``), or None.
+
+    Reads and updates as the mapping ``compare_sweep`` returned before
+    (``result["members"]``, ``result.get("sharpness")``); a key that is not a
+    field is refused, so a misspelt measure fails where it is written.
+    """
+
+    reference: str
+    threshold: float
+    order: float | None
+    intercept: float | None
+    order_members: list
+    order_reason: str | None
+    excluded: list
+    richardson: dict
+    members: list
+    comparisons: dict
+    references: dict
+    sharpness: dict | None = None
+    run: Any = None
+    stability: float | None = None
+    members_wall_s: float | None = None
+
+    #: The measures a mapping shows even when None (the rest only once set).
+    ALWAYS = frozenset({"order", "intercept", "order_reason"})
+
+    def _shown(self) -> list[str]:
+        return [
+            f.name
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None or f.name in self.ALWAYS
+        ]
+
+    def __getitem__(self, key: str):
+        if key not in self._shown():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value) -> None:
+        if key not in {f.name for f in dataclasses.fields(self)}:
+            raise KeyError(f"{key!r} is not a measure of a SweepComparison")
+        setattr(self, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("a SweepComparison's measures cannot be deleted")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shown())
+
+    def __len__(self) -> int:
+        return len(self._shown())
 
 
 def compare_sweep(
@@ -31,7 +108,7 @@ def compare_sweep(
     observables: Observables = None,
     stability: float | None = None,
     key: PRNGKeyArray | None = None,
-) -> dict:
+) -> SweepComparison:
     """Compare every member of ``run`` with ``reference`` and fit the order.
 
     Args:
@@ -48,7 +125,8 @@ def compare_sweep(
         key: for the Lanczos starts of λ_max; needed with ``stability``.
 
     Returns:
-        dict with ``members`` (lr, error = max distance over [0, t1], final_error,
+        A ``SweepComparison``: ``members`` (lr, error = max distance over
+        [0, t1], final_error,
         departure_time, status, diverged_step, first_rise_time, loss_rises,
         ``in_order_fit`` and, for a member left out, ``excluded``: why),
         ``order`` and ``intercept`` of the log-log fit over the members in it (None
@@ -113,22 +191,20 @@ def compare_sweep(
     if order is not None:
         b, a = sorted(fit, key=lambda i: run.lrs[i])[:2]  # a: the larger of the two
         extrap = richardson(run.member(a), run.member(b), refs[b], order)
-    out = {
-        "reference": reference.name,
-        "threshold": threshold,
-        "order": order,
-        "intercept": intercept,
-        "order_members": fit,
-        "order_reason": reason,
-        "excluded": excluded,
-        "richardson": extrap,
-        "members": members,
-        "comparisons": comparisons,
-        "references": refs,
-    }
-    if sharpness is not None:
-        out["sharpness"] = sharpness
-    return out
+    return SweepComparison(
+        reference=reference.name,
+        threshold=threshold,
+        order=order,
+        intercept=intercept,
+        order_members=fit,
+        order_reason=reason,
+        excluded=excluded,
+        richardson=extrap,
+        members=members,
+        comparisons=comparisons,
+        references=refs,
+        sharpness=sharpness,
+    )
 
 
 def _exclusion(run, m, rec, threshold, stability, sharpness) -> str | None:

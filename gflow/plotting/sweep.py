@@ -29,7 +29,7 @@ def _lr_ticks(ax, lrs) -> None:
     ax.xaxis.set_minor_formatter(plt.NullFormatter())
 
 
-def _sweep_settings(result: dict) -> str:
+def _sweep_settings(result: Mapping) -> str:
     run = result.get("run")
     info = getattr(run, "info", {}) or {}
     lrs = ", ".join(f"{r['lr']:g}" for r in result["members"])
@@ -44,7 +44,7 @@ def _sweep_settings(result: dict) -> str:
 
 
 @styled
-def plot_error_vs_lr(result: dict, path, *, title: str = "") -> None:
+def plot_error_vs_lr(result: Mapping, path, *, title: str = "") -> None:
     """Error (max parameter distance over [0, t1]) against η, log-log, with the fit."""
     ok = [r for r in result["members"] if r["status"] == "success" and r["error"]]
     fig, ax = plt.subplots(figsize=(DOC_WIDTH, 3.6))
@@ -72,7 +72,7 @@ def plot_error_vs_lr(result: dict, path, *, title: str = "") -> None:
 
 
 @styled
-def plot_trajectories(result: dict, path, *, title: str = "") -> None:
+def plot_trajectories(result: Mapping, path, *, title: str = "") -> None:
     """Loss of every member overlaid on its reference, and the distance against t."""
     run = result["run"]
     fig, axes = plt.subplots(
@@ -101,7 +101,7 @@ def plot_trajectories(result: dict, path, *, title: str = "") -> None:
 
 
 @styled
-def plot_departures(result: dict, path, *, title: str = "") -> None:
+def plot_departures(result: Mapping, path, *, title: str = "") -> None:
     """λ_max along the reference with the bounds c/η (one colour per member; the
     bounds above the view are named in the corner, not in the legend), and
     predicted vs measured τ(η)."""

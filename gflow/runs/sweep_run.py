@@ -20,7 +20,7 @@ from gflow.analysis.compare import compare
 from gflow.analysis.sharpness import predicted_departure, sharpness_along
 from gflow.analysis.stage_observables import StageObservables
 from gflow.analysis.stages import detect_stages
-from gflow.analysis.sweep_compare import compare_sweep
+from gflow.analysis.sweep_compare import SweepComparison, compare_sweep
 from gflow.dynamics.references.base import evaluate_along
 from gflow.dynamics.references.central_adaptive import (
     CENTRAL_FLOW_OPTIMIZERS,
@@ -146,13 +146,14 @@ class SweepConfig(AbstractConfig):
 
 def run_sweep_config(
     cfg: SweepConfig, *, key, checkpoint_dir=None, progress: bool | None = None
-) -> dict:
+) -> SweepComparison:
     """Run the sweep that ``cfg`` describes and compare it with its reference.
 
     With ``checkpoint_dir`` the members run in chunks of ``cfg.chunk``, each saved
     when done, and chunks already there are read back (``gflow.runs.resumable_sweep``).
 
-    Returns ``compare_sweep``'s dict plus ``run`` (the SweepRun), ``stability``,
+    Returns ``compare_sweep``'s ``SweepComparison`` with ``run`` (the SweepRun),
+    ``stability``,
     ``sharpness`` (t, λ_max along the reference of the smallest η) and, per member,
     ``predicted_departure``.
     """
@@ -202,7 +203,7 @@ def run_sweep_members(
     )
 
 
-def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> dict:
+def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> SweepComparison:
     """``run`` (the members of ``cfg``'s sweep) against ``cfg``'s reference.
 
     Returns what ``run_sweep_config`` returns.
@@ -301,7 +302,7 @@ def write_sweep_config(run_dir, cfg: SweepConfig) -> None:
     )
 
 
-def write_sweep_run(run_dir, cfg: SweepConfig, result: dict) -> Path:
+def write_sweep_run(run_dir, cfg: SweepConfig, result: SweepComparison) -> Path:
     """Write sweep.json and (if missing) config.json into ``run_dir``.
 
     The figures are drawn by ``gflow.plotting.figures.sweep_figures``.
