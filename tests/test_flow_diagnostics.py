@@ -170,6 +170,20 @@ def test_suggestions_for_a_wide_stiff_spectrum():
     assert suggest(d)[0].startswith("solver=RKC2()")
 
 
+def test_suggestions_for_a_switch_stuck_on_explicit_steps():
+    """AutoSwitch ending on Tsit5 steps at h·λ_max = 3.3: a solver that stays stiff."""
+    d = StallReport(
+        eigenvalues=(3300.0, 10.0),
+        bounds=(0.0, 0.0),
+        lanczos_iters=2,
+        suggestions=(),
+        **{**_FIELDS, "last_step": 1e-3, "smallest_step": 1e-3},
+    )
+    assert d.stiffness == pytest.approx(3.3)
+    assert suggest(d)[0].startswith("a solver that stays stiff")
+    assert "EXPRB32()" in suggest(d)[0]
+
+
 @pytest.mark.slow
 def test_stall_report_from_a_matvec():
     """A report from a plain matvec has its λ and counts, and its suggestions."""

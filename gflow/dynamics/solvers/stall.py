@@ -162,6 +162,12 @@ def suggest(report: StallReport) -> tuple[str, ...]:
             "default; exponential steps for a few stiff eigenvalues) or RKC2() (a wide "
             "stiff spectrum)"
         )
+    if stiff_solver and report.method == "Tsit5" and hl is not None and hl >= 1.0:
+        out.append(
+            f"a solver that stays stiff: {report.solver} ended on explicit Tsit5 "
+            f"steps at their stability limit (h·λ_max = {hl:.3g}); solver=EXPRB32() "
+            "(exponential steps throughout) or RKC2()"
+        )
     if (
         stiff_solver
         and report.method in ("EXPRB32", "Tsit5")
