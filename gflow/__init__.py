@@ -12,6 +12,7 @@ from gflow.problems.markov import MarkovStream as MarkovStream
 from gflow.problems.markov import stationary_distribution as stationary_distribution
 from gflow.problems.model import AttentionModel as AttentionModel
 from gflow.problems.transformer import Transformer as Transformer
+from gflow.problems.icl_markov import InContextMarkov as InContextMarkov
 from gflow.problems.losses import PopulationLoss as PopulationLoss
 from gflow.problems.losses import SequenceLoss as SequenceLoss
 from gflow.problems.losses import population_attention as population_attention
@@ -133,6 +134,7 @@ __all__ = [
     "GradientField",
     "HeadObservables",
     "HeadStage",
+    "InContextMarkov",
     "MarkovChain",
     "MarkovObservables",
     "MarkovStream",

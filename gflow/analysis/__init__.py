@@ -22,6 +22,11 @@ from gflow.analysis.head_observables import (
     head_attention_entropy as head_attention_entropy,
 )
 from gflow.analysis.attending import Attending as Attending
+from gflow.analysis.induction import InductionLabels as InductionLabels
+from gflow.analysis.induction import StrategyDistances as StrategyDistances
+from gflow.analysis.induction import induction_labels as induction_labels
+from gflow.analysis.induction import strategy_distances as strategy_distances
+from gflow.analysis.induction import strategy_kl as strategy_kl
 
 # Stages
 from gflow.analysis.stage import Stage as Stage
@@ -75,11 +80,13 @@ __all__ = [
     "Attending",
     "HeadObservables",
     "HeadStage",
+    "InductionLabels",
     "MarkovObservables",
     "OnlineStageDetector",
     "Stage",
     "StageDetector",
     "StageObservables",
+    "StrategyDistances",
     "align_signs",
     "attention_entropy",
     "block_singular_values",
@@ -103,6 +110,7 @@ __all__ = [
     "head_attention_entropy",
     "hessian_spectrum",
     "hvp",
+    "induction_labels",
     "lanczos",
     "linearised_flow",
     "max_eigenvalue",
@@ -119,6 +127,8 @@ __all__ = [
     "split_hessian",
     "stage_shifts",
     "stage_times",
+    "strategy_distances",
+    "strategy_kl",
     "structure",
     "symmetric_chain",
     "tangent_basis",

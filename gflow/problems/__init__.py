@@ -18,6 +18,11 @@ from gflow.problems.markov import MarkovChain as MarkovChain
 from gflow.problems.markov import MarkovStream as MarkovStream
 from gflow.problems.markov import stationary_distribution as stationary_distribution
 
+# In-context Markov chains (ICL-MC)
+from gflow.problems.icl_markov import STRATEGIES as STRATEGIES
+from gflow.problems.icl_markov import InContextMarkov as InContextMarkov
+from gflow.problems.icl_markov import StrategyLosses as StrategyLosses
+
 # Losses
 from gflow.problems.losses import PopulationLoss as PopulationLoss
 from gflow.problems.losses import SequenceLoss as SequenceLoss
@@ -28,11 +33,14 @@ from gflow.problems.losses import sequence_loss as sequence_loss
 
 __all__ = [
     "AttentionModel",
+    "InContextMarkov",
     "LayerNorm",
     "MarkovChain",
     "MarkovStream",
     "PopulationLoss",
+    "STRATEGIES",
     "SequenceLoss",
+    "StrategyLosses",
     "Transformer",
     "population_attention",
     "population_logits",
