@@ -19,6 +19,7 @@ from gflow.runs.config import AbstractConfig as AbstractConfig
 from gflow.runs.config import ConfigError as ConfigError
 from gflow.runs.config import Option as Option
 from gflow.runs.config import setting as setting
+from gflow.runs.names import DATASETS as DATASETS
 from gflow.runs.names import METHODS as METHODS
 from gflow.runs.names import MODELS as MODELS
 from gflow.runs.names import NAMES as NAMES
@@ -70,6 +71,7 @@ from gflow.runs import text as text
 from gflow.runs import train as train
 
 __all__ = [
+    "DATASETS",
     "METHODS",
     "MODELS",
     "OPTIMIZERS",

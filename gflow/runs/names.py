@@ -22,6 +22,7 @@ from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
 from gflow.dynamics.schedules import Constant, WarmupCosine
 from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 from gflow.runs.config import ConfigError
+from gflow.runs.sources import InContextSource, MarkovSource
 from gflow.text.strategies import (
     DeepText,
     FixedTokenization,
@@ -167,8 +168,24 @@ TOKENIZERS = NameTable(
     },
 )
 
+#: The sequence data sets ``gflow train`` samples by name (any other ``--data`` is
+#: a text file or folder): the paper's chain and in-context Markov chains.
+DATASETS = NameTable(
+    "data set",
+    {"markov": MarkovSource.from_settings, "icl-markov": InContextSource.from_settings},
+)
+
 #: Every kind of strategy a configuration can name, by kind.
 NAMES: dict[str, NameTable] = {
     t.kind: t
-    for t in (SOLVERS, OPTIMIZERS, REFERENCES, SCHEDULES, METHODS, MODELS, TOKENIZERS)
+    for t in (
+        SOLVERS,
+        OPTIMIZERS,
+        REFERENCES,
+        SCHEDULES,
+        METHODS,
+        MODELS,
+        TOKENIZERS,
+        DATASETS,
+    )
 }

@@ -9,7 +9,6 @@ import dataclasses
 import math
 from pathlib import Path
 
-from gflow.problems.markov import MarkovChain
 from gflow.runs.config import (
     AbstractConfig,
     ConfigError,
@@ -19,7 +18,7 @@ from gflow.runs.config import (
     positive,
     setting,
 )
-from gflow.runs.names import OPTIMIZERS, SCHEDULES
+from gflow.runs.names import DATASETS, OPTIMIZERS, SCHEDULES
 from gflow.text.subword import KINDS as SUBWORD_KINDS
 from gflow.text.subword import WHITESPACE_MODES
 from gflow.text.tokenize import TOKENIZERS
@@ -31,7 +30,12 @@ TOKENIZER_NAMES = (*TOKENIZERS, *SUBWORD_KINDS)
 #: Settings added after runs were saved, at the defaults those runs computed with:
 #: left out of a run's fingerprint while at their defaults, so that its pieces
 #: still resume.
-LATER_SETTINGS = {"tokenizer": "word", "whitespace": "isolated"}
+LATER_SETTINGS = {
+    "tokenizer": "word",
+    "whitespace": "isolated",
+    "states": 3,
+    "alpha": 1.0,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,10 +43,17 @@ class TrainConfig(AbstractConfig):
     """Everything that defines a training run; validates itself."""
 
     data: str = setting(
-        "markov", "'markov' (the default chain) or a text file or folder"
+        "markov",
+        "'markov' (the paper's chain, --pi, --lam), 'icl-markov' (in-context Markov "
+        "chains: each sequence its own transition matrix, --states, --alpha) or a "
+        "text file or folder",
     )
     pi: tuple[float, ...] = setting((0.75, 0.19, 0.05, 0.01))
     lam: float = setting(0.5)
+    states: int = setting(3, "icl-markov: states k (the vocabulary)")
+    alpha: float = setting(
+        1.0, "icl-markov: Dirichlet concentration α of each transition row"
+    )
     vocab_size: int = setting(
         64, "vocabulary of a text corpus (kept types, or a subword tokeniser's pieces)"
     )
@@ -123,13 +134,20 @@ class TrainConfig(AbstractConfig):
                 f"a subword vocabulary needs 32-100000 pieces, got {self.vocab_size}",
             )
         check_seed(self.seed)
-        if self.data == "markov":
+        at_least("states", self.states, 2)
+        positive("alpha", self.alpha)
+        if self.data in DATASETS:
+            source = DATASETS.build(self.data, **dataclasses.asdict(self))
             try:
-                MarkovChain.from_lambda(pi=self.pi, lam=self.lam)
+                source.check()
             except ValueError as e:
-                bad("pi/lam", str(e))
+                bad(source.settings, str(e))
         elif not self.data.strip() or not Path(self.data).exists():
-            bad("data", f"{self.data!r} is neither 'markov' nor a text file or folder")
+            bad(
+                "data",
+                f"{self.data!r} is neither one of {', '.join(DATASETS)} nor a text "
+                "file or folder",
+            )
 
     @property
     def save_every(self) -> int:

@@ -25,11 +25,11 @@ from gflow.analysis.head_stages import HeadStage, detect_head_stages
 from gflow.dynamics.minibatch import minibatch_segment
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import SequenceLoss, sequence_loss
-from gflow.problems.markov import MarkovChain, MarkovStream
 from gflow.problems.transformer import Transformer
 from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
 from gflow.runs.files import write_json
-from gflow.runs.names import OPTIMIZERS, TOKENIZERS
+from gflow.runs.names import DATASETS, OPTIMIZERS, TOKENIZERS
+from gflow.runs.sources import AbstractSource
 from gflow.runs.train.config import LATER_SETTINGS, TrainConfig
 from gflow.runs.trajectory_files import (
     param_columns,
@@ -52,18 +52,21 @@ class TrainData:
     references: dict  # unigram and Bayes losses where known
     vocab: Vocabulary | None = None
     tokenizer: SubwordTokenizer | None = None  # a trained subword tokeniser
+    source: AbstractSource | None = None  # a named sequence data set
 
 
 def prepare(cfg: TrainConfig) -> TrainData:
     """The minibatch stream and the held-out sample of ``cfg.data``."""
     key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
     length = cfg.seq_len + 1
-    if cfg.data == "markov":
-        chain = MarkovChain.from_lambda(pi=cfg.pi, lam=cfg.lam)
-        sample = chain.sample(key=key, batch=cfg.eval_batch, length=length)
-        refs = {"unigram_loss": chain.unigram_loss, "bayes_loss": chain.bayes_loss}
-        stream = MarkovStream(chain, batch=cfg.batch, length=length)
-        return TrainData(len(cfg.pi), stream, np.asarray(sample), refs)
+    if cfg.data in DATASETS:
+        source = DATASETS.build(cfg.data, **dataclasses.asdict(cfg))
+        sample = source.sample(key=key, batch=cfg.eval_batch, length=length)
+        refs = source.references(length, key=jax.random.fold_in(key, 1))
+        stream = source.stream(batch=cfg.batch, length=length)
+        return TrainData(
+            source.d_vocab, stream, np.asarray(sample), refs, source=source
+        )
     text = load_corpus(cfg.data, max_chars=cfg.max_chars)
     tokenization = TOKENIZERS.build(cfg.tokenizer, **dataclasses.asdict(cfg))
     toks, vocab, subword = tokenization.cut(text)
@@ -239,6 +242,7 @@ def run_train(
     merged = {k: np.concatenate([p[k] for p in pieces]) for k in names}
     t = merged.pop("t")
     snaps = params_from_columns(merged, model)
+    merged.update(_task_observables(data, snaps, len(t)))
     status = str(last[STATUS])
     stats = {
         "steps": cfg.piece_steps * len(pieces),
@@ -258,6 +262,19 @@ def run_train(
         stats=stats,
         info={"kind": "train", "optimizer": cfg.optimizer, "schedule": cfg.schedule},
     )
+
+
+def _task_observables(data: TrainData, snaps, n: int) -> dict[str, np.ndarray]:
+    """The source's own measures (``AbstractSource.observe``) of each saved model
+    on the held-out sample, e.g. ICL-MC's KL distance to each strategy."""
+    if data.source is None:
+        return {}
+    tokens = data.eval_tokens[:64]
+    rows = [
+        data.source.observe(jax.tree.map(lambda x, i=i: x[i], snaps), tokens)
+        for i in range(n)
+    ]
+    return {k: np.array([r[k] for r in rows]) for k in (rows[0] if rows else {})}
 
 
 def write_train_run(
