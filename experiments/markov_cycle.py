@@ -938,7 +938,8 @@ def write_docs(text: str, path: Path = DOC) -> None:
 
 def run_line(uptime: str, loads: tuple[float, ...], walls: dict[str, float]) -> str:
     """The generated line next to the command: wall times and the load at the start
-    (``loads``: the 1- and 5-minute load averages; said when either is above 1.5)."""
+    (``loads``: the 1- and 5-minute load averages, the larger of those at the start
+    and the end; said when either is above 1.5)."""
     parts = ", ".join(f"{k} {v / 60:.1f} min" for k, v in walls.items())
     total = sum(walls.values())
     text = (
@@ -1019,6 +1020,8 @@ def main() -> None:
     )
     walls["markov_robustness"] = time.perf_counter() - t
     total = time.perf_counter() - t0
+    # the load at the end too: other jobs may have started during the run
+    loads = tuple(max(a, b) for a, b in zip(loads, os.getloadavg()[:2]))
     _docs.replace_block(DOC, RUN_START, RUN_END, run_line(uptime, loads, walls))
     print(f"total wall time {total:.0f} s ({total / 60:.1f} min); {walls}", flush=True)
 

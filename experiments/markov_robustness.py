@@ -506,6 +506,11 @@ def plot(cfg: Config, summ: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
+def _load1(session: dict) -> float:
+    """The 1-minute load average in a session's ``uptime`` line."""
+    return float(session["uptime_at_start"].split("load average:")[1].split(",")[0])
+
+
 def doc_text(
     cfg: Config, saved: dict, summ: dict, command: str, figure: str | None = None
 ) -> str:
@@ -530,7 +535,14 @@ def doc_text(
         "configuration: "
         f"{', '.join(map(str, cfg.seeds))}; population loss, float64, StiffSwitch, "
         f"t1 = {cfg.t1:g}, {cfg.num_saves} saved times; {len(walls)} flows, "
-        f"{sum(walls):.0f} s of integration with compilation; `uptime` at the start "
+        + (
+            f"{sum(walls):.0f} s of integration with compilation"
+            if all(
+                _load1(saved["sessions"][i]) <= 1.5 for i in set(used) if i is not None
+            )
+            else "not timed: load average above 1.5"
+        )
+        + "; `uptime` at the start "
         f"of each session that ran flows: {loads}).\n\n"
         f"π = ({pis}) in every row; m = {cfg.d_model}; λ = 0.5 and ε = 1e-3 unless "
         "the row says otherwise. Times in flow-time units, mean ± sample sd over the "

@@ -207,3 +207,41 @@ def test_gflow_flow_to_each_horizon_closes_the_same_stages():
         ("asymmetry_lifting", 1),
         ("focus", 2),
     ]
+
+
+@pytest.mark.slow
+def test_the_head_rules_find_the_flows_lifting_on_the_one_layer_run():
+    """The default flow to t = 600 (dt = 5) observed through StageObservables and
+    HeadObservables (256 sampled sequences, key 1): detect_head_stages' global
+    lifting (σ₂(W_E)) is detect_stages' lifting, and the head's own σ₂(W_A)
+    growth is another, later one (it starts after σ₂(W_E)'s ends)."""
+    import jax
+
+    from gflow.analysis import HeadObservables, StageObservables
+    from gflow.dynamics import solve_flow
+    from gflow.problems import PopulationLoss
+    from gflow.runs import SOLVERS, FlowConfig
+
+    cfg = FlowConfig(t1=600.0, num_saves=121)
+    chain = cfg.chain()
+    probe = chain.sample(key=jax.random.key(1), batch=256, length=65)
+    stage_obs, head_obs = StageObservables(chain), HeadObservables(probe, 0, [1, 2, 3])
+    traj = solve_flow(
+        PopulationLoss(chain),
+        cfg.model(),
+        t1=cfg.t1,
+        ts=np.linspace(0.0, cfg.t1, cfg.num_saves),
+        solver=SOLVERS[cfg.solver](),
+        observables=lambda model: {**stage_obs(model), **head_obs(model)},
+        progress=False,
+    )
+    (flow_lift,) = [s for s in detect_stages(traj, pi=chain.pi) if s.cycle == 1][3:]
+    assert flow_lift.stage == "asymmetry_lifting"
+    metrics = {k: v for k, v in traj.metrics.items() if k != "unigram_gap"}
+    heads = detect_head_stages(Trajectory(t=traj.t, metrics=metrics, final=None))
+    lifts = [s for s in heads if s.stage == "asymmetry_lifting"]
+    glob = [s for s in lifts if s.layer == -1 and s.cycle == 1]
+    own = [s for s in lifts if s.layer == 0 and s.cycle == 1]
+    assert len(glob) == 1 and len(own) == 1
+    assert (glob[0].t_start, glob[0].t_end) == (flow_lift.t_start, flow_lift.t_end)
+    assert own[0].t_start > glob[0].t_end
