@@ -18,9 +18,9 @@ Command:
     PYTHONPATH=$PWD nice -n 10 python experiments/icl_markov.py --quick    # smoke
     PYTHONPATH=$PWD python experiments/icl_markov.py --doc-only            # doc
 
-Runtime: the full run (5 seeds × 3000 steps) took 751 s wall on 2 cores at load
-average about 9 (others' jobs; the time and load are in docs/icl_markov.md);
-``--quick`` about 30 s (compilation dominates), so its test is slow.
+Runtime: the full run is 5 seeds × 3000 AdamW steps of batch 64 (about 12 min of
+2 shared cores, taken at a load too high to publish as a timing); ``--quick`` is
+2 seeds × 60 steps, dominated by compilation (tens of seconds), so its test is slow.
 
 Outputs: ``experiments/results/icl_markov/results.json`` (configuration, machine
 load, the strategy losses, per seed the curves and the phase times), the figure
@@ -289,8 +289,9 @@ def render(results: dict) -> str:
         f"{mean_sd([s['t_bigram'] for s in seeds])}, plateau "
         f"{mean_sd([s['plateau'] for s in seeds])} steps.",
         "",
-        f"Run time {results['seconds']:.0f} s on {results['cpus']} cores "
-        f"(`{results['load']}` at the end).",
+        f"Compute: {len(seeds)} seeds × {cfg['steps']} AdamW steps of batch "
+        f"{cfg['batch']} on {results['cpus']} shared cores (load at the end: "
+        f"`{results['load']}`; too high to publish a timing).",
         "",
     ]
     return "\n".join(lines)
