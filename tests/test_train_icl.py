@@ -60,6 +60,8 @@ def test_train_records_the_kl_distance_to_each_strategy(tmp_path):
         "icl-markov",
         "--states",
         "2",
+        "--alpha",
+        "2.0",
         "--layers",
         "2",
         "--heads",
@@ -86,13 +88,15 @@ def test_train_records_the_kl_distance_to_each_strategy(tmp_path):
     traj = run.trajectories["train"]
     doc = json.loads((out / "config.json").read_text())
     assert doc["config"]["data"] == "icl-markov" and doc["config"]["states"] == 2
+    assert doc["config"]["alpha"] == 2.0
     assert set(doc["references"]) >= {"uniform_loss", "unigram_loss", "bigram_loss"}
     # the recorded KL of the final model is the one computed here, independently
-    cfg = TrainConfig(data="icl-markov", states=2, seq_len=8, eval_batch=16)
+    cfg = TrainConfig(data="icl-markov", states=2, alpha=2.0, seq_len=8, eval_batch=16)
     tokens = jax.numpy.asarray(prepare(cfg).eval_tokens)
     model = traj.final
     logits = jax.vmap(model.causal_logits)(tokens)
-    q = gflow.InContextMarkov(states=2).strategy_probabilities(tokens)[:, :, :-1]
+    task = gflow.InContextMarkov(states=2, alpha=2.0)
+    q = task.strategy_probabilities(tokens)[:, :, :-1]
     log_p = jax.nn.log_softmax(logits[:, :-1], axis=-1)
     kl = np.asarray(np.sum(q * (np.log(q) - log_p[None]), axis=-1).mean(axis=(1, 2)))
     for g, v in zip(("uniform", "unigram", "bigram"), kl):

@@ -212,6 +212,8 @@ class FlowJob(AbstractJob[FlowConfig]):
                 if resumed >= 0
                 else ""
             )
+            # where and why a flow stopped early, and what to try
+            + ("" if traj.diagnosis is None else "\n" + traj.diagnosis.message)
         )
 
     def succeeded(self, result: FlowResult) -> bool:

@@ -49,10 +49,13 @@ class NameTable(Mapping[str, Callable[..., T] | None], Generic[T]):
         kind: str,
         builders: Mapping[str, Callable[..., T] | None],
         aliases: Mapping[str, str] | None = None,
+        factories: Mapping[str, Callable[..., T]] | None = None,
     ):
         self.kind = kind
         self._builders = dict(builders)
         self._aliases = dict(aliases or {})  # other names of some entries
+        # how ``build`` makes an entry, where that is not calling the entry itself
+        self._factories = dict(factories or {})
 
     def __getitem__(self, name: str) -> Callable[..., T] | None:
         return self._builders[self._aliases.get(name, name)]
@@ -80,6 +83,9 @@ class NameTable(Mapping[str, Callable[..., T] | None], Generic[T]):
     def build(self, name: str, *args: Any, **kwargs: Any) -> T:
         """The object called ``name``, built with ``args`` and ``kwargs``."""
         self.check(self.kind, name)
+        name = self._aliases.get(name, name)
+        if name in self._factories:
+            return self._factories[name](*args, **kwargs)
         if self[name] is None:
             raise TypeError(f"the {self.kind} {name!r} is a name only: no builder")
         return self[name](*args, **kwargs)
@@ -118,6 +124,11 @@ OPTIMIZERS: NameTable[AbstractOptimizer] = NameTable(
 REFERENCES = NameTable(
     "reference",
     {
+        "flow": FlowReference,
+        "modified": ModifiedFlowReference,
+        "central": CentralFlowReference,
+    },
+    factories={
         "flow": lambda optimizer=None: FlowReference(),
         "modified": lambda optimizer=None: ModifiedFlowReference(),
         "central": lambda optimizer=None: (

@@ -103,6 +103,8 @@ def solve_flow_resumable(
         },
     )
 
+    reports = {}  # segment -> the stall report of a segment that stopped early
+
     def compute(k, previous):
         start = (
             model
@@ -114,6 +116,8 @@ def solve_flow_resumable(
         tr = solve_flow(
             loss_fn, start, t0=bounds[k], t1=bounds[k + 1], ts=padded, **kwargs
         )
+        if tr.diagnosis is not None:
+            reports[k] = tr.diagnosis
         n = min(len(want), len(tr))
         columns = {"t": tr.t, **tr.metrics}
         if tr.params is not None:
@@ -174,4 +178,5 @@ def solve_flow_resumable(
             "segments": segments,
             "resumed_from_segment": resumed_from,
         },
+        diagnosis=reports[max(reports)] if reports else None,
     )
