@@ -118,6 +118,7 @@ from gflow.runs.program_cache import ProgramCache as ProgramCache
 # Monitor: the stages detected online in anyone's training loop.
 from gflow.monitor.monitor import Monitor as Monitor
 from gflow.monitor.logs import load_monitor as load_monitor
+from gflow.monitor.reduce import attention_signals as attention_signals
 
 __version__ = importlib.metadata.version("gflow")
 
@@ -167,6 +168,7 @@ __all__ = [
     "Vocabulary",
     "WindowStream",
     "attention_entropy",
+    "attention_signals",
     "central_flow_of",
     "compare",
     "compare_sweep",

@@ -7,12 +7,18 @@ Public names: the ``Monitor`` and the readers of the directory it writes.
 # The monitor
 from gflow.monitor.monitor import Monitor as Monitor
 
+# The framework-free reduction of attention probabilities
+from gflow.monitor.reduce import AttentionSignals as AttentionSignals
+from gflow.monitor.reduce import attention_signals as attention_signals
+
 # Its files
 from gflow.monitor.logs import load_monitor as load_monitor
 from gflow.monitor.logs import read_rows as read_rows
 
 __all__ = [
+    "AttentionSignals",
     "Monitor",
+    "attention_signals",
     "load_monitor",
     "read_rows",
 ]

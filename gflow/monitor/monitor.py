@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import equinox as eqx
@@ -34,12 +34,13 @@ from jaxtyping import ArrayLike, Int
 from gflow.analysis.attending import check_attending
 from gflow.analysis.head_observables import HeadObservables
 from gflow.analysis.head_stages import detect_head_stages
-from gflow.analysis.online_stages import OnlineStageDetector
+from gflow.analysis.online_stages import ONLINE_SIGNALS, OnlineStageDetector
 from gflow.analysis.stage import Stage
 from gflow.analysis.stages import StageDetector
 from gflow.dynamics.trajectory import Trajectory
 from gflow.monitor import logs
 from gflow.monitor.logs import load_monitor
+from gflow.monitor.reduce import AttentionSignals
 from gflow.monitor.signals import probe_signals
 from gflow.monitor.tensorboard import ScalarWriter
 from gflow.problems.losses import check_token_ids
@@ -155,13 +156,7 @@ class Monitor:
         Returns:
             The events this observation completed ([] at steps not observed).
         """
-        if self._closed:
-            raise ValueError("the monitor is closed")
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
-            raise TypeError(f"step must be an integer, got {step!r}")
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
-        if step % self.every:
+        if not self._due(step):
             return []
         if self._obs is None:
             self._start(step, model, tokens)
@@ -180,6 +175,61 @@ class Monitor:
         values = jax.device_get(probe_signals(model, self._obs, self.n_sv))
         values = {k: np.asarray(v, float) for k, v in values.items()}
         return self._record(int(step), clock, values)
+
+    def _due(self, step) -> bool:
+        if self._closed:
+            raise ValueError("the monitor is closed")
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            raise TypeError(f"step must be an integer, got {step!r}")
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        return not step % self.every
+
+    def record(
+        self,
+        step: int,
+        signals: AttentionSignals | Mapping[str, ArrayLike],
+        t: float | None = None,
+        *,
+        loss: float | None = None,
+    ) -> list[Stage]:
+        """Record signals measured by any framework at ``step`` (when ``every``
+        divides it): the framework-free entry.
+
+        Args:
+            step: the training step (an integer ≥ 0).
+            signals: ``gflow.attention_signals(...)`` of the probe's attention, or
+                a mapping of NumPy arrays holding at least ``head_entropy``,
+                ``head_on_top``, ``head_tracked_on_top``, ``head_self`` and
+                ``loss``, optionally singular values ``sv_*``.
+            t: the shared clock of the step (default: the step).
+            loss: the probe loss, when ``signals`` does not hold it.
+
+        Returns:
+            The events this observation completed ([] at steps not observed).
+        """
+        if not self._due(step):
+            return []
+        if isinstance(signals, AttentionSignals):
+            signals = signals.as_dict()
+        values = {k: np.asarray(v, float) for k, v in signals.items()}
+        if loss is not None:
+            values["loss"] = np.asarray(loss, float)
+        missing = [k for k in ONLINE_SIGNALS if k not in values]
+        if missing:
+            raise ValueError(f"signals lack {missing} (give loss= for the loss)")
+        if self._last_step is not None and step <= self._last_step:
+            raise ValueError(f"steps must increase: {step} after {self._last_step}")
+        if self._shapes is None:
+            names = sorted(values, key=lambda k: (k != "loss", k))
+            self._shapes = {k: list(values[k].shape) for k in names}
+            self._open(step, self._config(None))
+        elif {k: list(v.shape) for k, v in values.items()} != self._shapes:
+            raise ValueError(
+                f"signals changed names or shapes: {self._shapes} -> "
+                f"{ {k: list(v.shape) for k, v in values.items()} }"
+            )
+        return self._record(int(step), float(step if t is None else t), values)
 
     def _record(
         self, step: int, t: float, values: dict, *, replay=False
@@ -232,7 +282,10 @@ class Monitor:
         shapes = eqx.filter_eval_shape(probe_signals, model, self._obs, self.n_sv)
         names = sorted(shapes, key=lambda k: (k != "loss", k))
         self._shapes = {k: list(shapes[k].shape) for k in names}
-        config = self._config(tokens.shape)
+        self._open(step, self._config(tokens.shape))
+
+    def _open(self, step: int, config: dict) -> None:
+        """Open the directory at the first observation: continue or replace."""
         continues = self._continues(config)
         self._columns = logs.flat_names(self._shapes)  # the CSV's signal columns
         header = ["step", "t", *self._columns]
@@ -303,9 +356,11 @@ class Monitor:
         return {
             "command": "monitor",
             "every": self.every,
-            "probe_shape": list(probe_shape),
-            "top": int(self._obs.top),
-            "tracked": np.asarray(self._obs.tracked).tolist(),
+            "probe_shape": None if probe_shape is None else list(probe_shape),
+            "top": None if self._obs is None else int(self._obs.top),
+            "tracked": None
+            if self._obs is None
+            else np.asarray(self._obs.tracked).tolist(),
             "n_sv": self.n_sv,
             "window": self.detector.window,
             "detector": {

@@ -1,0 +1,117 @@
+"""Attention probabilities of a probe batch reduced to the monitor's per-head signals.
+
+``attention_signals(attention, tokens, top=..., tracked=...)`` takes the attention
+weights a_{lhnij} of layer l, head h, context n, query position i and key position
+j (shape [layers, heads, batch, query, key], the rows of the last ``query`` positions
+of each context ``tokens[n, :-1]``) from any framework, as NumPy arrays, and gives
+the signals of ``gflow.analysis.head_observables`` (the same definitions):
+
+- ``head_entropy`` [l, h]: the entropy (nats) of the last query row, mean over n;
+- ``head_on_top`` [l, h]: the mass on keys equal to ``top``, averaged over the
+  queries whose token is ``top``;
+- ``head_tracked_on_top`` [l, h, q]: the same for each tracked query token;
+- ``head_self`` [l, h]: the mass a tracked query puts on keys equal to itself.
+
+A mean over no occurrence is 0. The arithmetic is written once for an array
+namespace (``numpy`` or ``jax.numpy``), so the JAX path runs it inside its jitted
+call on the device and every other framework runs it in NumPy on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from jaxtyping import ArrayLike, Float, Int
+
+__all__ = ["AttentionSignals", "attention_signals", "reduce_attention"]
+
+
+def _masked_mean(xp, values, count):
+    some = count > 0
+    return xp.where(some, values / xp.where(some, count, 1.0), 0.0)
+
+
+def reduce_attention(xp, attn, contexts, top, tracked) -> dict:
+    """The per-head signals from attention [l, h, b, r, s] and contexts [b, s] in
+    the array namespace ``xp`` (module docstring)."""
+    dtype = attn.dtype
+    queries = contexts[:, contexts.shape[1] - attn.shape[-2] :]  # [b, r]
+    top_key = (contexts == top).astype(dtype)  # [b, s]
+    top_query = (queries == top).astype(dtype)  # [b, r]
+    on_top = xp.einsum("lhbij,bj->lhbi", attn, top_key)
+    same = (queries[:, :, None] == contexts[:, None, :]).astype(dtype)  # [b, r, s]
+    on_self = xp.einsum("lhbij,bij->lhbi", attn, same)
+    query = (queries[:, :, None] == tracked).astype(dtype)  # [b, r, q]
+    is_tracked = xp.max(query, axis=-1, initial=0.0)  # [b, r]
+    last = attn[..., -1, :]  # [l, h, b, s]
+    plogp = xp.where(last > 0, last * xp.log(xp.where(last > 0, last, 1.0)), 0.0)
+    return {
+        "head_entropy": xp.mean(-xp.sum(plogp, axis=-1), axis=-1),
+        "head_on_top": _masked_mean(
+            xp, xp.einsum("lhbi,bi->lh", on_top, top_query), xp.sum(top_query)
+        ),
+        "head_tracked_on_top": _masked_mean(
+            xp,
+            xp.einsum("lhbi,biq->lhq", on_top, query),
+            xp.sum(query, axis=(0, 1)),
+        ),
+        "head_self": _masked_mean(
+            xp, xp.einsum("lhbi,bi->lh", on_self, is_tracked), xp.sum(is_tracked)
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class AttentionSignals:
+    """The per-head signals of one observation (NumPy; shapes in the module
+    docstring)."""
+
+    head_entropy: np.ndarray
+    head_on_top: np.ndarray
+    head_tracked_on_top: np.ndarray
+    head_self: np.ndarray
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """The signals by name, as ``Monitor.record`` reads them."""
+        return {
+            "head_entropy": self.head_entropy,
+            "head_on_top": self.head_on_top,
+            "head_tracked_on_top": self.head_tracked_on_top,
+            "head_self": self.head_self,
+        }
+
+
+def attention_signals(
+    attention: Float[ArrayLike, "l h b r s"],
+    tokens: Int[ArrayLike, "b s1"],
+    *,
+    top: int,
+    tracked: Sequence[int] | Int[ArrayLike, " q"],
+) -> AttentionSignals:
+    """Reduce attention probabilities [layers, heads, batch, query, key] of the probe
+    ``tokens`` [b, s+1] (contexts ``tokens[:, :-1]``) to the per-head signals.
+
+    Args:
+        attention: each row a probability vector over the ``s`` keys of its
+            context; ``query`` ≤ s rows, those of the last positions.
+        tokens: the probe batch, int [b, s+1].
+        top: the most frequent token.
+        tracked: the tracked query tokens [q].
+    """
+    a = np.asarray(attention, dtype=float)
+    toks = np.asarray(tokens)
+    if toks.ndim != 2 or toks.shape[1] < 2:
+        raise ValueError(f"tokens must be int [batch, s+1], got {toks.shape}")
+    if not np.issubdtype(toks.dtype, np.integer):
+        raise TypeError(f"tokens must be integers, got {toks.dtype}")
+    b, s = toks.shape[0], toks.shape[1] - 1
+    if a.ndim != 5 or a.shape[2] != b or a.shape[4] != s or not 1 <= a.shape[3] <= s:
+        raise ValueError(
+            f"attention must be [layers, heads, {b}, query <= {s}, {s}] for tokens "
+            f"{toks.shape}, got {a.shape}"
+        )
+    tracked = np.asarray(tracked, dtype=toks.dtype).reshape(-1)
+    out = reduce_attention(np, a, toks[:, :-1], int(top), tracked)
+    return AttentionSignals(**{k: np.asarray(v, float) for k, v in out.items()})
