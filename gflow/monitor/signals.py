@@ -1,9 +1,11 @@
 """The monitor's observation: one jitted call on the probe batch.
 
 ``probe_signals(model, observables, n_sv)`` gives the per-head observables of
-``HeadObservables`` (for any attending model, ``gflow.analysis.attending``), each
-family of singular values cut to its ``n_sv`` largest, and the probe ``loss``: the
-mean cross-entropy of ``model(tokens[n, :-1])`` against ``tokens[n, -1]``.
+``HeadObservables`` for any attending model (``gflow.analysis.attending``), reduced
+from its attention by the framework-free ``gflow.monitor.reduce`` arithmetic inside
+this jitted call (on the device), each family of singular values cut to its
+``n_sv`` largest, and the probe ``loss``: the mean cross-entropy of
+``model(tokens[n, :-1])`` against ``tokens[n, -1]``.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from gflow.analysis.attending import Attending
+from gflow.analysis.attending import Attending, attention_rows
 from gflow.analysis.head_observables import HeadObservables
+from gflow.monitor.reduce import reduce_attention
 
 
 def probe_loss(model: Attending, tokens) -> Float[Array, ""]:
@@ -28,7 +31,17 @@ def probe_loss(model: Attending, tokens) -> Float[Array, ""]:
 def probe_signals(
     model: Attending, observables: HeadObservables, n_sv: int
 ) -> dict[str, Float[Array, "..."]]:
-    out = observables(model)
-    out = {k: v[..., :n_sv] if k.startswith("sv_") else v for k, v in out.items()}
+    contexts = observables.tokens[:, :-1]  # [b, s]
+    attn = jax.vmap(lambda c: attention_rows(model, c))(contexts)  # [b, l, h, r, s]
+    out = reduce_attention(
+        jnp,
+        jnp.moveaxis(attn, 0, 2),  # [l, h, b, r, s]
+        contexts,
+        observables.top,
+        observables.tracked,
+    )
+    # the singular values only: XLA drops the attention part it does not return
+    sv = {k: v for k, v in observables(model).items() if k.startswith("sv_")}
+    out.update({k: v[..., :n_sv] for k, v in sv.items()})
     out["loss"] = probe_loss(model, observables.tokens)
     return out
