@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +63,7 @@ def flow_figures(
         paper_figures(run_dir, traj, stages, pi=chain.pi)
 
 
-def sweep_figures(run_dir, cfg: SweepConfig, result: dict) -> None:
+def sweep_figures(run_dir, cfg: SweepConfig, result: Mapping) -> None:
     """error_vs_lr.png, trajectories.png and departure.png of a sweep."""
     run_dir = Path(run_dir)
     title = f"{cfg.optimizer} vs {cfg.reference}"
