@@ -21,6 +21,7 @@ from jaxtyping import Array, Int, PRNGKeyArray
 from gflow.analysis.induction import strategy_kl
 from gflow.problems.icl_markov import STRATEGIES, InContextMarkov
 from gflow.problems.markov import MarkovChain
+from gflow.text.strategies import Settings
 
 
 class SourceStream(eqx.Module):
@@ -35,8 +36,9 @@ class SourceStream(eqx.Module):
 
 
 @dataclasses.dataclass(frozen=True)
-class AbstractSource:
-    """A data set of token sequences that can be sampled afresh."""
+class AbstractSource(Settings):
+    """A data set of token sequences that can be sampled afresh (built from a
+    configuration's settings by ``from_settings``)."""
 
     #: The settings that define the source (named in a configuration error).
     settings: ClassVar[str]
@@ -92,10 +94,6 @@ class MarkovSource(AbstractSource):
         chain = self.chain
         return {"unigram_loss": chain.unigram_loss, "bayes_loss": chain.bayes_loss}
 
-    @classmethod
-    def from_settings(cls, *, pi=(0.75, 0.19, 0.05, 0.01), lam=0.5, **_):
-        return cls(tuple(pi), lam)
-
 
 @dataclasses.dataclass(frozen=True)
 class InContextSource(AbstractSource):
@@ -135,10 +133,6 @@ class InContextSource(AbstractSource):
         predictions on ``tokens``, averaged over sequences and positions."""
         kl = np.asarray(_strategy_kl(self.task, model, np.asarray(tokens)))
         return {f"kl_{g}": float(v) for g, v in zip(STRATEGIES, kl)}
-
-    @classmethod
-    def from_settings(cls, *, states=3, alpha=1.0, **_):
-        return cls(states, alpha)
 
 
 @eqx.filter_jit
