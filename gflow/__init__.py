@@ -119,6 +119,7 @@ from gflow.runs.program_cache import ProgramCache as ProgramCache
 from gflow.monitor.monitor import Monitor as Monitor
 from gflow.monitor.logs import load_monitor as load_monitor
 from gflow.monitor.reduce import attention_signals as attention_signals
+from gflow.monitor.probe import Probe as Probe
 
 __version__ = importlib.metadata.version("gflow")
 
@@ -146,6 +147,7 @@ __all__ = [
     "MomentumCentralFlowReference",
     "MomentumODEReference",
     "Monitor",
+    "Probe",
     "OPTIMIZERS",
     "OnlineStageDetector",
     "PopulationLoss",

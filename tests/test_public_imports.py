@@ -50,6 +50,11 @@ NESTED = (
     "gflow.dynamics.references",
     "gflow.runs.train",
     "gflow.runs.text",
+    # the monitor's framework adapters: public modules, each importing its optional
+    # library, so that gflow.monitor imports none of them
+    "gflow.monitor.pytorch",
+    "gflow.monitor.huggingface",
+    "gflow.monitor.flax_nnx",
 )
 PUBLIC = CHECKED + NESTED
 

@@ -10,6 +10,7 @@ from gflow.monitor.monitor import Monitor as Monitor
 # The framework-free reduction of attention probabilities
 from gflow.monitor.reduce import AttentionSignals as AttentionSignals
 from gflow.monitor.reduce import attention_signals as attention_signals
+from gflow.monitor.probe import Probe as Probe
 
 # Its files
 from gflow.monitor.logs import load_monitor as load_monitor
@@ -18,6 +19,7 @@ from gflow.monitor.logs import read_rows as read_rows
 __all__ = [
     "AttentionSignals",
     "Monitor",
+    "Probe",
     "attention_signals",
     "load_monitor",
     "read_rows",

@@ -40,6 +40,7 @@ from gflow.analysis.stages import StageDetector
 from gflow.dynamics.trajectory import Trajectory
 from gflow.monitor import logs
 from gflow.monitor.logs import load_monitor
+from gflow.monitor.probe import Probe
 from gflow.monitor.reduce import AttentionSignals
 from gflow.monitor.signals import probe_signals
 from gflow.monitor.tensorboard import ScalarWriter
@@ -120,6 +121,7 @@ class Monitor:
         self.out.mkdir(parents=True, exist_ok=True)
         self._tb = ScalarWriter(self.out / "tensorboard") if tensorboard else None
         self._obs: HeadObservables | None = None
+        self._chosen: Probe | None = None  # the probe of record(), see probe_for
         self._d_vocab: int | None = None  # the logits' width, fixed by _start
         self._probe = None  # the probe object last observed (identity, not value)
         self._shapes: dict[str, list[int]] | None = None
@@ -176,6 +178,33 @@ class Monitor:
         values = {k: np.asarray(v, float) for k, v in values.items()}
         return self._record(int(step), clock, values)
 
+    def probe_for(self, tokens: Int[ArrayLike, "b s1"], d_vocab: int) -> Probe:
+        """The ``Probe`` of ``tokens`` for ``record``: top and tracked chosen at
+        the first call (``Probe.default`` with this monitor's ``top``, ``tracked``
+        and ``n_tracked``) and kept for later batches, which must keep the shape.
+        The adapters of other frameworks call it with the model's vocabulary."""
+        tokens = np.asarray(tokens)
+        chosen = self._chosen
+        if chosen is None:
+            chosen = Probe.default(
+                tokens,
+                d_vocab,
+                n_tracked=self.n_tracked,
+                top=self._top,
+                tracked=self._tracked,
+            )
+        elif tokens.shape != chosen.tokens.shape:
+            raise ValueError(
+                f"tokens changed shape {chosen.tokens.shape} -> {tokens.shape}; "
+                "keep one probe batch"
+            )
+        elif not np.array_equal(tokens, chosen.tokens):
+            chosen = Probe.default(
+                tokens, d_vocab, top=chosen.top, tracked=chosen.tracked
+            )
+        self._chosen = chosen
+        return chosen
+
     def _due(self, step) -> bool:
         if self._closed:
             raise ValueError("the monitor is closed")
@@ -192,6 +221,7 @@ class Monitor:
         t: float | None = None,
         *,
         loss: float | None = None,
+        probe: Probe | None = None,
     ) -> list[Stage]:
         """Record signals measured by any framework at ``step`` (when ``every``
         divides it): the framework-free entry.
@@ -204,6 +234,10 @@ class Monitor:
                 ``loss``, optionally singular values ``sv_*``.
             t: the shared clock of the step (default: the step).
             loss: the probe loss, when ``signals`` does not hold it.
+            probe: the ``gflow.monitor.Probe`` the signals were measured on; its
+                shape, top and tracked tokens go into the monitor's configuration
+                at the first observation (so a resumed loop with another probe
+                starts afresh, as ``observe`` does).
 
         Returns:
             The events this observation completed ([] at steps not observed).
@@ -223,7 +257,7 @@ class Monitor:
         if self._shapes is None:
             names = sorted(values, key=lambda k: (k != "loss", k))
             self._shapes = {k: list(values[k].shape) for k in names}
-            self._open(step, self._config(None))
+            self._open(step, self._config(None, probe))
         elif {k: list(v.shape) for k, v in values.items()} != self._shapes:
             raise ValueError(
                 f"signals changed names or shapes: {self._shapes} -> "
@@ -351,16 +385,22 @@ class Monitor:
         )
         return len(rows)
 
-    def _config(self, probe_shape) -> dict:
+    def _config(self, probe_shape, probe: Probe | None = None) -> dict:
         d = self.detector.detector
+        if probe is not None:
+            described = probe.config()
+        else:
+            described = {
+                "probe_shape": None if probe_shape is None else list(probe_shape),
+                "top": None if self._obs is None else int(self._obs.top),
+                "tracked": None
+                if self._obs is None
+                else np.asarray(self._obs.tracked).tolist(),
+            }
         return {
             "command": "monitor",
             "every": self.every,
-            "probe_shape": None if probe_shape is None else list(probe_shape),
-            "top": None if self._obs is None else int(self._obs.top),
-            "tracked": None
-            if self._obs is None
-            else np.asarray(self._obs.tracked).tolist(),
+            **described,
             "n_sv": self.n_sv,
             "window": self.detector.window,
             "detector": {
