@@ -113,6 +113,7 @@ def test_statuses_hold_through_a_stored_program(problem, tmp_path, errors_as_nan
     assert cache.writes == 2 and len(list(tmp_path.iterdir())) == 2
 
 
+@pytest.mark.slow  # 9 s; the cache's hit and miss tests stay in the default run
 def test_the_key_follows_static_settings_and_shapes(problem, tmp_path, errors_as_nan):
     cache = gflow.ProgramCache(tmp_path)
     _solve(problem, cache, max_steps=100)

@@ -72,7 +72,9 @@ def test_members_match_single_runs(setup):
         assert run.status(m) == "success"
 
 
-@pytest.mark.parametrize("all_positions", [False, True])
+@pytest.mark.parametrize(
+    "all_positions", [False, pytest.param(True, marks=pytest.mark.slow)]
+)
 def test_sequence_loss_members_match_single_runs(all_positions):
     """The vmapped sweep on a sampled sequence loss (the d×d form, batched over the
     members) takes the same steps as one run per step size."""

@@ -45,6 +45,7 @@ def errors(res, idx):
     return [res["members"][m]["error"] for m in idx]
 
 
+@pytest.mark.slow  # 10 s of the default run's 3 minutes; CI runs it in a slow step
 def test_members_that_leave_at_their_first_step_are_left_out(setup, sweep):
     loss, model = setup
     res = compare_sweep(sweep, FlowReference(), loss, model)

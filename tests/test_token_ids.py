@@ -173,7 +173,10 @@ def _unguarded(name, tokens, all_positions):
     return eqx.filter_jit(fn)(model)
 
 
-@pytest.mark.parametrize("all_positions", [False, True])
+# the all-positions loss is the same guard on another gather: slow (CI runs it)
+@pytest.mark.parametrize(
+    "all_positions", [False, pytest.param(True, marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("name", list(MODELS))
 def test_under_jit_a_bad_id_gives_nan_and_good_ids_the_same_bits(name, all_positions):
     loss, grad = _guarded(name, jnp.asarray(GOOD), all_positions)
@@ -223,7 +226,7 @@ def test_gradient_descent_on_bad_tokens_under_jit_diverges():
     assert traj.status == "diverged" and traj.stats["diverged_step"] == 0
 
 
-@pytest.mark.parametrize("text", [False, True])
+@pytest.mark.parametrize("text", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_minibatch_run_on_a_stream_of_bad_ids_diverges(text):
     """A stream whose corpus holds an id the model does not have: the step's loss
     is NaN, whichever batch loss (the text runs' counts form included)."""
