@@ -224,11 +224,21 @@ def test_huggingface_attention_is_causal_and_its_loss_is_torchs():
     np.testing.assert_allclose(sig["sv_W_A"][1, 1], dense, rtol=1e-5)
 
 
-def test_a_fused_attention_model_is_refused_with_the_fix():
+def test_a_fused_attention_model_is_read_in_eager_for_the_probe_alone():
+    """An sdpa model (the default) is switched to eager for the probe pass and back:
+    the same signals as the model built eager; with switch=False it is refused."""
+    probe = _probe()
+    fused, eager = _gpt2("sdpa"), _gpt2("eager")
+    with torch.no_grad():
+        a = HuggingFaceAttention().read(fused.eval(), torch.tensor(probe[:, :-1]))
+        b = HuggingFaceAttention().read(eager.eval(), torch.tensor(probe[:, :-1]))
+    assert fused.config._attn_implementation == "sdpa"
+    np.testing.assert_allclose(a.attention, b.attention, atol=1e-6)
+    np.testing.assert_allclose(a.logits, b.logits, atol=1e-5)
     with pytest.raises(ValueError, match='attn_implementation="eager"'):
-        TorchMonitor("unused", every=1, verbose=False).observe(
-            0, _gpt2("sdpa"), _probe()
-        )
+        TorchMonitor(
+            "unused", every=1, reader=HuggingFaceAttention(switch=False), verbose=False
+        ).observe(0, fused, probe)
 
 
 def _trainer(out, callback, steps, *, stop_at=None, seed=0):

@@ -1,6 +1,7 @@
 """The Python examples of the README and the docs run as printed (slow: a minute
 or two each, in a fresh process)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -15,6 +16,10 @@ EXAMPLES = [
     ("README.md", "Python in ten lines"),
     ("docs/concepts.md", "Deep models in Python"),
     ("docs/monitor.md", "Monitor a training loop"),
+    ("docs/monitor.md", "From PyTorch"),
+    ("docs/monitor.md", "From Hugging Face"),
+    ("docs/monitor.md", "From Flax"),
+    ("docs/monitor.md", "From NumPy"),
 ]
 
 
@@ -61,6 +66,9 @@ def test_every_example_is_found(path, heading):
 @pytest.mark.parametrize("path, heading", EXAMPLES)
 def test_example_runs_in_a_fresh_process(path, heading, tmp_path):
     (code,) = python_blocks((ROOT / path).read_text(), heading)
+    stories = ROOT.parent / "shared" / "data" / "tinystories" / "sample.txt"
+    if "TINYSTORIES" in code and not stories.exists():
+        pytest.skip("the shared TinyStories sample is not present")
     # in a fresh folder: the examples write their runs under the working directory,
     # and a second run of this test must not find the first one's monitor there
     out = subprocess.run(
@@ -69,6 +77,7 @@ def test_example_runs_in_a_fresh_process(path, heading, tmp_path):
         text=True,
         timeout=600,
         cwd=tmp_path,
+        env={**os.environ, "TINYSTORIES": str(stories)},
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip()

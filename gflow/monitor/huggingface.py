@@ -10,8 +10,8 @@
 
 The callback observes the model on the fixed ``probe`` batch (int [b, s+1]) at step 0
 and at every ``every``-th optimizer step, through a ``TorchMonitor`` (one separate
-forward pass under ``torch.no_grad()``; build the model with
-``attn_implementation="eager"``). Only the main process
+forward pass under ``torch.no_grad()``, in eager attention for that pass alone).
+Only the main process
 (``state.is_world_process_zero``) observes and writes.
 
 The clock ``t`` of each row is Σ η over the steps taken, η the learning rate the

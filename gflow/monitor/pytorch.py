@@ -23,8 +23,8 @@ compiled graph would break it).
 Attention readers (strategies):
 
 - ``HuggingFaceAttention``: a ``transformers`` model called with
-  ``output_attentions=True``; the model must be built with
-  ``attn_implementation="eager"`` (the fused kernels return no weights). The query
+  ``output_attentions=True``; a model built with a fused kernel (``"sdpa"``, which
+  returns no weights) is switched to ``"eager"`` for the probe pass alone. The query
   and key projections are read from GPT-2's ``c_attn`` and from ``q_proj``/``k_proj``
   layers (Llama, OPT, GPT-NeoX-style models); elsewhere ``sv_W_A`` is left out.
 - ``MultiheadAttentionHooks``: every ``torch.nn.MultiheadAttention`` in the model,
@@ -88,21 +88,45 @@ class AbstractAttentionReader(ABC):
 
 
 class HuggingFaceAttention(AbstractAttentionReader):
-    """A ``transformers`` model's ``output_attentions`` (module docstring)."""
+    """A ``transformers`` model's ``output_attentions`` (module docstring).
+
+    Args:
+        switch: a model built with a fused attention (``"sdpa"``, the default of
+            recent versions, or a flash kernel), which returns no weights, is
+            switched to ``"eager"`` for the probe pass alone and back after it
+            (``set_attn_implementation``; the same function, computed
+            explicitly), so training keeps its fast kernel. False: refuse such a
+            model instead.
+    """
+
+    def __init__(self, switch: bool = True):
+        self.switch = bool(switch)
 
     def fits(self, model):
         return hasattr(getattr(model, "config", None), "_attn_implementation")
 
     def read(self, model, contexts):
         implementation = model.config._attn_implementation
-        if implementation != "eager":
+        if implementation == "eager":
+            return self._read(model, contexts)
+        can_switch = getattr(model, "_can_set_attn_implementation", lambda: False)
+        if not (
+            self.switch and hasattr(model, "set_attn_implementation") and can_switch()
+        ):
             raise ValueError(
                 f"the model computes attention with {implementation!r}, which returns "
-                'no attention weights; build it with attn_implementation="eager" '
-                "(e.g. GPT2LMHeadModel(config) after "
-                'config._attn_implementation = "eager", or '
+                "no attention weights, and cannot be switched to eager for the probe "
+                'pass; build it with attn_implementation="eager" (e.g. '
+                'GPT2Config(..., attn_implementation="eager") or '
                 'from_pretrained(..., attn_implementation="eager"))'
             )
+        model.set_attn_implementation("eager")
+        try:
+            return self._read(model, contexts)
+        finally:
+            model.set_attn_implementation(implementation)
+
+    def _read(self, model, contexts) -> AttentionReading:
         output = model(input_ids=contexts, output_attentions=True)
         attentions = getattr(output, "attentions", None)
         if not attentions or any(a is None for a in attentions):
