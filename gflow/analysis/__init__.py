@@ -65,6 +65,12 @@ from gflow.analysis.asymmetry import tangent_basis as tangent_basis
 # Sharpness and comparisons
 from gflow.analysis.sharpness import predicted_departure as predicted_departure
 from gflow.analysis.sharpness import sharpness_along as sharpness_along
+from gflow.analysis.edge import AdamEdge as AdamEdge
+from gflow.analysis.edge import EdgeReading as EdgeReading
+from gflow.analysis.edge import GDEdge as GDEdge
+from gflow.analysis.edge import MomentumEdge as MomentumEdge
+from gflow.analysis.edge import edge_losses as edge_losses
+from gflow.analysis.edge import edge_reading as edge_reading
 from gflow.analysis.compare import Comparison as Comparison
 from gflow.analysis.compare import compare as compare
 from gflow.analysis.compare import departure_time as departure_time
@@ -76,6 +82,12 @@ from gflow.analysis.sweep_compare import SweepComparison as SweepComparison
 from gflow.analysis.sweep_compare import compare_sweep as compare_sweep
 
 __all__ = [
+    "AdamEdge",
+    "EdgeReading",
+    "GDEdge",
+    "MomentumEdge",
+    "edge_losses",
+    "edge_reading",
     "Comparison",
     "Attending",
     "HeadObservables",

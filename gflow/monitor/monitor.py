@@ -32,6 +32,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Int
 
 from gflow.analysis.attending import check_attending
+from gflow.analysis.edge import AbstractEdge, edge_losses, edge_reading
 from gflow.analysis.head_observables import HeadObservables
 from gflow.analysis.head_stages import detect_head_stages
 from gflow.analysis.online_stages import ONLINE_SIGNALS, OnlineStageDetector
@@ -39,10 +40,11 @@ from gflow.analysis.stage import Stage
 from gflow.analysis.stages import StageDetector
 from gflow.dynamics.trajectory import Trajectory
 from gflow.monitor import logs
+from gflow.monitor.edge_watch import EDGE_FILE, EDGE_SIGNALS, EdgeWatch
 from gflow.monitor.logs import load_monitor
 from gflow.monitor.probe import Probe
 from gflow.monitor.reduce import AttentionSignals
-from gflow.monitor.signals import probe_signals
+from gflow.monitor.signals import probe_loss, probe_signals
 from gflow.monitor.tensorboard import ScalarWriter
 from gflow.problems.losses import check_token_ids
 from gflow.runs.environment import environment
@@ -114,6 +116,7 @@ class Monitor:
         self.callbacks = [on_event] if callable(on_event) else list(on_event)
         if not all(callable(f) for f in self.callbacks):
             raise TypeError("on_event must be a callable or an iterable of callables")
+        self.edge = EdgeWatch()
         self.resume = None if resume is None else bool(resume)
         self.verbose = bool(verbose)
         if self.out.exists() and not self.out.is_dir():
@@ -143,7 +146,15 @@ class Monitor:
         return callback
 
     def observe(
-        self, step: int, model, tokens: Int[ArrayLike, "b s1"], t: float | None = None
+        self,
+        step: int,
+        model,
+        tokens: Int[ArrayLike, "b s1"],
+        t: float | None = None,
+        *,
+        update=None,
+        edge: AbstractEdge | None = None,
+        opt_state=None,
     ) -> list[Stage]:
         """Observe the model at ``step`` (when ``every`` divides it).
 
@@ -154,14 +165,26 @@ class Monitor:
                 same shape does not recompile, but moves the signals). Its ids must
                 lie in 0 .. d_vocab−1: a ValueError names the first that does not.
             t: the shared clock t = Σ η of the step (default: the step).
+            update: the update the optimizer is about to apply (optax's
+                ``updates``, the structure of the model's inexact arrays): with
+                ``edge``, the curvature along it from three probe-loss passes is
+                recorded (``gflow.analysis.edge``; signals ``edge_*``) and an
+                ``edge_of_stability`` event is reported when it reaches the bound
+                (``monitor.edge.events``, ``edge.jsonl``). Give it at every
+                observation or at none.
+            edge: the optimizer's bound and metric (``GDEdge(lr)``,
+                ``MomentumEdge(lr, beta)``, ``AdamEdge(lr, b1, ...)``).
+            opt_state: the optimizer state (``AdamEdge`` reads its moments).
 
         Returns:
             The events this observation completed ([] at steps not observed).
         """
         if not self._due(step):
             return []
+        if (update is None) != (edge is None):
+            raise ValueError("give update= and edge= together (or neither)")
         if self._obs is None:
-            self._start(step, model, tokens)
+            self._start(step, model, tokens, edged=update is not None)
         elif tokens is not self._probe:  # the same probe object: nothing to move
             if np.shape(tokens) != tuple(self._obs.tokens.shape):
                 raise ValueError(
@@ -176,6 +199,14 @@ class Monitor:
             raise ValueError(f"steps must increase: {step} after {self._last_step}")
         values = jax.device_get(probe_signals(model, self._obs, self.n_sv))
         values = {k: np.asarray(v, float) for k, v in values.items()}
+        if update is not None:
+            losses = edge_losses(probe_loss, model, update, self._obs.tokens)
+            values.update(_edge_values(edge, losses, update, opt_state))
+        if set(values) != set(self._shapes):
+            raise ValueError(
+                "give update= and edge= at every observation or at none "
+                f"(this monitor records {sorted(self._shapes)})"
+            )
         return self._record(int(step), clock, values)
 
     def probe_for(self, tokens: Int[ArrayLike, "b s1"], d_vocab: int) -> Probe:
@@ -269,9 +300,19 @@ class Monitor:
         self, step: int, t: float, values: dict, *, replay=False
     ) -> list[Stage]:
         new = self.detector.update(step, t, values)
+        edged = self.edge.update(step, t, values)
         self._last_step = step
         if replay:
             return new
+        for e in edged:
+            self._edge_log.write([json.dumps(e)])
+            if self.verbose:
+                print(
+                    f"[gflow monitor] step {step} t={t:.4g}: edge of stability "
+                    f"(curvature along the update {e['sharpness']:.4g} = "
+                    f"{e['ratio']:.3g} x the bound {e['threshold']:.4g})",
+                    file=sys.stderr,
+                )
         flat = [np.ravel(values[k]) for k in self._shapes]
         row = [str(step), repr(t)] + [repr(float(x)) for v in flat for x in v]
         self._rows.metrics.write([logs.csv_line(row)])
@@ -295,7 +336,7 @@ class Monitor:
                 callback(e)
         return new
 
-    def _start(self, step: int, model, tokens) -> None:
+    def _start(self, step: int, model, tokens, *, edged: bool = False) -> None:
         """The first observation: fix top and tracked, the signal shapes, the files."""
         check_attending(model)
         tokens = np.asarray(tokens)
@@ -316,6 +357,8 @@ class Monitor:
         shapes = eqx.filter_eval_shape(probe_signals, model, self._obs, self.n_sv)
         names = sorted(shapes, key=lambda k: (k != "loss", k))
         self._shapes = {k: list(shapes[k].shape) for k in names}
+        if edged:
+            self._shapes.update({k: [] for k in EDGE_SIGNALS})
         self._open(step, self._config(tokens.shape))
 
     def _open(self, step: int, config: dict) -> None:
@@ -336,9 +379,11 @@ class Monitor:
         else:
             logs.rewrite(self.out / logs.METRICS, [logs.csv_line(header)])
             logs.rewrite(self.out / logs.EVENTS, [])
+            logs.rewrite(self.out / EDGE_FILE, [])
         # after the replay: a directory it refuses keeps its own configuration
         write_json(self.out / logs.CONFIG, config)
         self._rows = AppendLogs(self.out)
+        self._edge_log = logs.AppendLog(self.out / EDGE_FILE)
 
     def _continues(self, config: dict) -> bool:
         """Whether the first observation continues the monitor in ``out``
@@ -383,6 +428,7 @@ class Monitor:
         logs.rewrite(
             self.out / logs.EVENTS, [json.dumps(e.to_dict()) for e in self.events]
         )
+        logs.rewrite(self.out / EDGE_FILE, [json.dumps(e) for e in self.edge.events])
         return len(rows)
 
     def _config(self, probe_shape, probe: Probe | None = None) -> dict:
@@ -434,6 +480,7 @@ class Monitor:
         self._closed = True
         if self._rows is not None:
             self._rows.close()
+            self._edge_log.close()
         if self._tb is not None:
             self._tb.close()
 
@@ -442,6 +489,16 @@ class Monitor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _edge_values(edge, losses, update, opt_state) -> dict[str, np.ndarray]:
+    reading = edge_reading(losses, edge.update_norm2(update, opt_state), edge.threshold)
+    return {
+        "edge_sharpness": np.asarray(reading.sharpness),
+        "edge_threshold": np.asarray(reading.threshold),
+        "edge_ratio": np.asarray(reading.ratio),
+        "edge_critical_step": np.asarray(min(reading.critical_step, 1e300)),
+    }
 
 
 def _differences(path: Path, config: dict) -> str:
