@@ -75,10 +75,19 @@ def _jax(pool, *, edge: bool = False):
     from gflow.analysis import AdamEdge
 
     model = Transformer.init(
-        d_vocab=V, d_model=M, n_layers=2, n_heads=H, key=jax.random.key(0),
-        init_scale=0.02, d_ff=FF, value=True, layernorm=True, residual=True,
-        max_len=S, dtype=jnp.float32,
-    )  # fmt: skip
+        d_vocab=V,
+        d_model=M,
+        n_layers=2,
+        n_heads=H,
+        key=jax.random.key(0),
+        init_scale=0.02,
+        d_ff=FF,
+        value=True,
+        layernorm=True,
+        residual=True,
+        max_len=S,
+        dtype=jnp.float32,
+    )
     opt = optax.adamw(1e-3)
     state = opt.init(eqx.filter(model, eqx.is_inexact_array))
     batches = [jnp.asarray(b) for b in pool]
@@ -182,10 +191,18 @@ def _huggingface(pool):
 
     torch.manual_seed(0)
     config = transformers.GPT2Config(
-        vocab_size=V, n_positions=S + 1, n_embd=M, n_layer=2, n_head=H, n_inner=FF,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+        vocab_size=V,
+        n_positions=S + 1,
+        n_embd=M,
+        n_layer=2,
+        n_head=H,
+        n_inner=FF,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
         eos_token_id=0,
-    )  # fmt: skip
+    )
     model = transformers.GPT2LMHeadModel(config)
 
     def loss_of(model, batch):
