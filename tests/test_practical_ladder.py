@@ -1,0 +1,71 @@
+"""The ladder experiment's pieces (issue 30 point 2): the Wilson interval, the key
+classes of constructed attention patterns, the rungs adding one change each, and
+the quick path end to end (slow)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import practical_ladder as pl
+
+
+def test_wilson_interval_matches_its_closed_form():
+    lo, hi = pl._wilson(5, 10)
+    z = 1.96
+    centre = (0.5 + z * z / 20) / (1 + z * z / 10)
+    half = z * np.sqrt(0.25 / 10 + z * z / 400) / (1 + z * z / 10)
+    assert (lo, hi) == pytest.approx((centre - half, centre + half))
+    assert pl._wilson(0, 8)[0] == 0.0 and pl._wilson(8, 8)[1] == pytest.approx(1.0)
+
+
+def _pattern(kind, tokens):
+    """Causal attention [b, 1, 1, n, n] that puts all mass on one key class."""
+    b, n = tokens.shape
+    a = np.zeros((b, 1, 1, n, n))
+    for k in range(b):
+        for i in range(n):
+            if kind == "previous":
+                j = max(i - 1, 0)
+            elif kind == "first":
+                j = 0
+            else:  # uniform
+                a[k, 0, 0, i, : i + 1] = 1 / (i + 1)
+                continue
+            a[k, 0, 0, i, j] = 1.0
+    return jnp.asarray(a)
+
+
+@pytest.mark.parametrize("kind", ["previous", "first", "uniform"])
+def test_key_classes_name_the_pattern(kind):
+    tokens = np.asarray(jax.random.randint(jax.random.key(0), (16, 20), 0, 5))
+    mass, chance = (
+        np.asarray(x)
+        for x in pl._class_mass(_pattern(kind, tokens), jnp.asarray(tokens), 0)
+    )
+    ratio = mass[:, 0, 0] / chance
+    if kind == "uniform":  # every class at its chance
+        np.testing.assert_allclose(ratio, 1.0, rtol=1e-6)
+    else:
+        assert pl.KEY_CLASSES[int(np.argmax(ratio))] == kind
+        assert ratio.max() >= 2
+
+
+def test_each_rung_adds_one_change():
+    names = [name for name, _ in pl.RUNGS]
+    assert names[0] == "0 paper" and len(names) == 9
+    for (_, before), (_, after) in zip(pl.RUNGS, pl.RUNGS[1:]):
+        changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+        assert len(changed) == 1, changed
+
+
+@pytest.mark.slow
+def test_the_quick_path_writes_its_page(tmp_path, monkeypatch):
+    monkeypatch.setattr(pl, "OUT", tmp_path / "results")
+    monkeypatch.setattr(pl, "FIGURE", tmp_path / "ladder.png")
+    pl.run(pl.QUICK, log=lambda *a, **k: None)
+    text = pl.page(pl.QUICK)
+    assert "| markov | 0 paper | gd | 2 |" in text
+    assert (tmp_path / "ladder.png").exists()
+    runs = pl._runs(pl.QUICK)
+    assert len(runs) == 2 * 2 * 3 * 2  # data × rungs × methods × seeds
