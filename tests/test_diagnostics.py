@@ -111,6 +111,7 @@ def test_stage_observables_zero_model_gaps_and_phi_alignment():
     np.testing.assert_allclose(s, [1.0] + [0.0] * (m - 1), atol=1e-12)
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_stage_observables_unfactorised_and_singular_values():
     chain = MarkovChain.from_lambda(pi=PI, lam=0.5)
     key = jax.random.key(3)

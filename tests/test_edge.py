@@ -96,6 +96,7 @@ def test_bad_readings_are_refused():
     assert edge_reading((1.0, 0.9, 0.8), 1.0, 1.0).critical_step == np.inf  # no rise
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_the_monitor_reports_the_edge_of_gd_on_the_markov_loss(tmp_path):
     """GD on the paper's population loss with the edge signal on: the signals are
     recorded, the event carries its ratio ≥ 1, and the edge.jsonl file holds it."""

@@ -77,6 +77,7 @@ def test_report_of_a_text_run_shows_each_runs_stages(legacy):
     assert "no stages detected: ValueError: detect_stages needs" in html
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_float64_run_loads_in_a_fresh_process_without_x64(legacy):
     """Regression: load_run in a process without x64 (a notebook) raised
     "Deserialised leaf ... changed dtype from float32 ... to float64"."""

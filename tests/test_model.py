@@ -24,7 +24,9 @@ def test_same_key_same_bits(key):
     )
 
 
-@pytest.mark.parametrize("dtype", [None, jnp.float32])
+@pytest.mark.parametrize(
+    "dtype", [None, pytest.param(jnp.float32, marks=pytest.mark.slow)]
+)
 def test_init_draws_the_bits_of_op_by_op_draws(dtype):
     # one jitted program draws what split + normal + scale gave eagerly, to the bit
     # (runs, checkpoints and published figures were made with the eager draws)

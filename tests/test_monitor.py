@@ -300,6 +300,7 @@ def _said(capsys) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_the_example_run_twice_into_one_directory_replaces_its_monitor(
     tmp_path, capsys
 ):
@@ -318,6 +319,7 @@ def test_the_example_run_twice_into_one_directory_replaces_its_monitor(
     assert _files(out) == files  # the same rows and events, once each
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_a_loop_restarted_without_resume_continues_a_matching_monitor(tmp_path, capsys):
     whole = _example(tmp_path / "whole", verbose=False)
     out = tmp_path / "restarted"
@@ -330,6 +332,7 @@ def test_a_loop_restarted_without_resume_continues_a_matching_monitor(tmp_path, 
     assert _files(out) == _files(tmp_path / "whole")
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_another_configuration_starts_the_directory_afresh(tmp_path, capsys):
     out = tmp_path / "mon"
     _example(out, verbose=False)

@@ -86,6 +86,7 @@ def test_sown_attention_is_the_kernels_softmax():
     np.testing.assert_allclose(sig["sv_W_A"][0, 2], dense[:4], rtol=1e-4)
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_an_optax_loop_is_observed_every_10_steps(tmp_path):
     model = TinyGPT(rngs=nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, optax.adamw(3e-3), wrt=nnx.Param)

@@ -14,6 +14,8 @@ from gflow import MarkovChain
 
 torch = needs("torch")
 nn = torch.nn
+# one thread: the default suite runs two workers on two cores, each with XLA too
+torch.set_num_threads(1)
 
 from gflow.monitor.pytorch import (  # noqa: E402
     HuggingFaceAttention,
@@ -119,6 +121,7 @@ def test_hooks_read_the_attention_the_weights_give():
         )
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_a_plain_loop_is_monitored_without_touching_its_training(tmp_path):
     """120 AdamW steps of a 2-layer pre-LN GPT on fresh Markov batches, observed
     every 10:
@@ -274,6 +277,7 @@ def _trainer(out, callback, steps, *, stop_at=None, seed=0):
     )
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_trainer_callback_clock_and_resume(tmp_path):
     """A Trainer killed after its step-20 checkpoint and resumed from it writes the
     monitor of the run never interrupted; t is Σ η of the linear schedule."""

@@ -69,3 +69,4 @@ def test_the_quick_path_writes_its_page(tmp_path, monkeypatch):
     assert (tmp_path / "ladder.png").exists()
     runs = pl._runs(pl.QUICK)
     assert len(runs) == 2 * 2 * 3 * 2  # data × rungs × methods × seeds
+    assert all(len(r["key_mass"]["chance"]) == len(pl.KEY_CLASSES) for r in runs)

@@ -223,6 +223,7 @@ def test_every_name_in_all_exists(package):
     assert len(module.__all__) == len(set(module.__all__)), "a name listed twice"
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_the_packages_below_plotting_do_not_import_matplotlib():
     below = [p for p in PUBLIC if not p.startswith("gflow.plotting")]
     code = (

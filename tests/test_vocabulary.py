@@ -94,6 +94,7 @@ def test_references_share_one_abstract_base():
     assert momentum["learning_rate"] == pytest.approx(0.1 * 0.2)
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_a_plain_import_reaches_every_name_the_readme_uses():
     """Regression: ``gflow.solvers.StiffSwitch()`` raised AttributeError after a
     plain ``import gflow``."""
