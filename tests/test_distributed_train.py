@@ -247,6 +247,7 @@ def test_resume_refuses_new_members(tmp_path, capsys):
     assert "drop --lrs" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_process_0_names_a_member_it_cannot_see(tmp_path):
     cfg = TrainConfig(
         steps=2,

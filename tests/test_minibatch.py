@@ -108,6 +108,7 @@ def test_the_clock_sums_a_schedule(model):
     np.testing.assert_allclose(traj.t, [0.0, eta[:5].sum(), eta.sum()], rtol=1e-6)
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_divergence_freezes_the_run(model):
     traj = run_minibatch(
         SequenceLoss(FIXED),

@@ -96,6 +96,7 @@ def test_focus_lies_in_the_flows_window(markov_run, flow_focus):
     assert focus.t_start < lift.t_start < 200
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_online_events_agree_with_the_offline_rules(markov_run):
     _, mon = markov_run
     dt = mon.every * ETA

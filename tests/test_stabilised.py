@@ -356,6 +356,7 @@ def test_autoswitch_stays_explicit_while_not_stiff():
     )
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_autoswitch_in_float32_without_x64():
     """Regression: with x64 off, φₖ's Taylor coefficient 1/13! overflowed int32 while
     tracing. AutoSwitch then still switches and meets the closed form in float32."""

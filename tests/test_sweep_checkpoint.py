@@ -43,6 +43,7 @@ def test_chunked_sweep_equals_one_program(sgd_setup, tmp_path):
     np.testing.assert_allclose(chunked.member(4).t, whole.member(4).t)
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_interrupted_sweep_resumes_without_recomputing(
     sgd_setup, tmp_path, monkeypatch
 ):

@@ -208,6 +208,7 @@ def test_full_batch_loop_matches_optax_and_snapshot_observables(model, windows):
             np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-14)
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_full_batch_loop_stops_on_divergence(model, windows):
     from gflow.dynamics import SGD
     from gflow.text import run_full_batch
