@@ -115,7 +115,7 @@ KEY_CLASSES = ("top token", "previous", "first", "after copy")
 class Config(dc.Config):
     datasets: tuple[str, ...] = ("markov", "icl-markov")
     rungs: tuple[str, ...] = tuple(name for name, _ in RUNGS)
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     init_scale: float = 1e-3
     context: int = 32
     gd_sample: int = 64
@@ -230,24 +230,26 @@ def _class_mass(attention, tokens, top):
     return mass, chance / (tokens.shape[0] * (n - 1))
 
 
-def key_classes(model, tokens, top: int) -> list[list[str]]:
-    """Per layer and head, the key class with the largest mass over its chance
-    (at least 2×), else ``diffuse``."""
+def key_classes(model, tokens, top: int, *, excess: float = 0.1) -> dict:
+    """Per layer and head, the key class whose mass exceeds its chance under
+    uniform causal attention by the most, if by at least ``excess`` (of the row's
+    mass), else ``diffuse``; with the masses and chances themselves."""
     contexts = jnp.asarray(tokens[:, :-1])
     attention = jax.vmap(model.attention)(contexts)  # [b, l, h, n, n]
     if attention.ndim != 5:
         attention = attention.reshape(contexts.shape[0], 1, 1, *attention.shape[-2:])
     mass, chance = (np.asarray(x) for x in _class_mass(attention, contexts, top))
-    ratio = mass / np.maximum(chance[:, None, None], 1e-12)
-    out = []
-    for layer in range(ratio.shape[1]):
-        row = []
-        for head in range(ratio.shape[2]):
-            best = int(np.argmax(ratio[:, layer, head]))
-            good = ratio[best, layer, head] >= 2 and chance[best] > 0
-            row.append(KEY_CLASSES[best] if good else "diffuse")
-        out.append(row)
-    return out
+    over = mass - chance[:, None, None]  # [class, layer, head]
+    labels = [
+        [
+            KEY_CLASSES[int(np.argmax(over[:, layer, head]))]
+            if over[:, layer, head].max() >= excess
+            else "diffuse"
+            for head in range(over.shape[2])
+        ]
+        for layer in range(over.shape[1])
+    ]
+    return {"labels": labels, "mass": mass.tolist(), "chance": chance.tolist()}
 
 
 def _path(cfg: Config, data: str, rung: str, method: str, seed: int) -> Path:
@@ -284,6 +286,9 @@ def run(cfg: Config, *, log=print) -> dict:
                     traj = dc.run_one(
                         cfg, data, init, opts, method, seed, obs, eval_loss
                     )
+                    keys = key_classes(
+                        traj.final, data.held_out[: cfg.obs_batch], int(heads.top)
+                    )
                     rec = {
                         "data": name,
                         "rung": rung,
@@ -291,9 +296,8 @@ def run(cfg: Config, *, log=print) -> dict:
                         "seed": seed,
                         "wall_s": time.perf_counter() - t0,
                         **dc.summarise(traj, data),
-                        "key_classes": key_classes(
-                            traj.final, data.held_out[: cfg.obs_batch], int(heads.top)
-                        ),
+                        "key_classes": keys["labels"],
+                        "key_mass": {"mass": keys["mass"], "chance": keys["chance"]},
                     }
                     path = _path(cfg, name, rung, method, seed)
                     path.parent.mkdir(parents=True, exist_ok=True)
@@ -469,14 +473,15 @@ def page(cfg: Config) -> str:
         f"of {c['gd_sample']} sequences, SGD on fresh batches of {c['batch']}; AdamW "
         f"peak {c['adamw_lr']}, warmup {c['warmup']:.0%}, cosine to 0, weight decay "
         f"{c['weight_decay']}; held-out observables on {c['obs_batch']} sequences. "
-        f"Seeds {list(c['seeds'])} (model init and data). Data: "
+        f"Seeds {sorted({r['seed'] for r in runs})} (model init and data). Data: "
         + "; ".join(f"{k}: {v['description']}" for k, v in summary["data"].items())
         + ".",
         "",
         "Each cell counts heads (all layers and heads of all seeds) with the stage "
         "found by `detect_head_stages`; the bracket is the 95% Wilson interval of "
         "that fraction. *Key class*: the class of keys receiving the largest mass "
-        "relative to uniform causal attention (at least 2×), at the end of the run.",
+        "above its chance under uniform causal attention (by at least 0.1 of the "
+        "row's mass; else *diffuse*), at the end of the run.",
         "",
         table,
         "",
