@@ -42,14 +42,15 @@ Command (from the repository root):
 
     PYTHONPATH=$PWD python experiments/monitor_validation.py [--write-docs]
 
-Runtime: 20-30 s per run on two shared cores (GD with the monitor; a flow about 10 s
-more), 25 runs: about 12 minutes from scratch. Resumable per run: each run's monitor
-directory (its trajectory; the flow's metrics for ``markov``) is kept under
-runs/monitor_validation/<case>/seed<s>/, its result (events, stages, matches) in
-experiments/results/monitor_validation/<case>_seed<s>.json; a rerun skips the runs
-evaluated with the same rules and thresholds and re-evaluates the others from their
-saved trajectories. ``--write-docs`` writes docs/monitor_validation.md and
-docs/figures/monitor_validation.png.
+Runtime: 15-50 s per run on two shared cores (GD with the monitor; a flow about 1 s
+more), 25 runs: about 13 minutes from scratch (801 s at 1-minute loads of 1.4-4.3).
+Resumable per run: each run's monitor directory (its trajectory; the flow's metrics
+for ``markov``) is kept under runs/monitor_validation/<case>/seed<s>/, its result
+(events, stages, matches) in experiments/results/monitor_validation/<case>_seed<s>.json;
+a rerun skips the runs evaluated with the same rules and thresholds and re-evaluates
+the others from their saved trajectories. The tuning grid goes to tuning.json there,
+the page and its figure to monitor_validation.md and .png; ``--write-docs`` also
+writes docs/monitor_validation.md and docs/figures/monitor_validation.png.
 """
 
 from __future__ import annotations
