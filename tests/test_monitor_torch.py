@@ -21,6 +21,7 @@ from gflow.monitor.pytorch import (  # noqa: E402
     HuggingFaceAttention,
     MultiheadAttentionHooks,
     TorchMonitor,
+    torch_signals,
 )
 
 V, S = 8, 12  # vocabulary, context length
@@ -114,7 +115,7 @@ def test_hooks_read_the_attention_the_weights_give():
         dense = np.linalg.svd(Wq[:, cols] @ Wk[:, cols].T, compute_uv=False)[:4]
         np.testing.assert_allclose(
             gflow.Probe(probe, 0, [1]).signals(
-                reading.attention, reading.logits, qk=(W_Q, W_K)
+                reading.attention.numpy(), reading.logits, qk=(W_Q, W_K)
             )["sv_W_A"][0, head],
             dense,
             rtol=1e-5,
@@ -168,7 +169,7 @@ def test_a_plain_loop_is_monitored_without_touching_its_training(tmp_path):
             monitored.eval(), torch.tensor(probe[:, :-1])
         )
     last = gflow.attention_signals(
-        reading.attention, probe, top=cfg["top"], tracked=cfg["tracked"]
+        reading.attention.numpy(), probe, top=cfg["top"], tracked=cfg["tracked"]
     )
     np.testing.assert_allclose(
         traj.metrics["head_entropy"][-1], last.head_entropy, rtol=1e-6
@@ -214,7 +215,7 @@ def test_huggingface_attention_is_causal_and_its_loss_is_torchs():
         reading = HuggingFaceAttention().read(model, x)
         logits = model(input_ids=x).logits[:, -1]
         want_loss = nn.functional.cross_entropy(logits, torch.tensor(probe[:, -1]))
-    a = reading.attention
+    a = reading.attention.numpy()  # the reader's tensor, on the model's device
     assert a.shape == (2, 4, 16, S, S)
     np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-6)
     assert np.all(np.triu(a, k=1) == 0)  # no query attends to a later key
@@ -308,3 +309,24 @@ def test_trainer_callback_clock_and_resume(tmp_path):
         np.testing.assert_allclose(
             resumed.metrics[k], traj.metrics[k], rtol=1e-5, err_msg=k
         )
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_the_torch_reduction_is_the_numpy_one(dtype, rtol):
+    # torch_signals (reduce_attention in torch, on the tensor's device) against
+    # gflow.attention_signals in NumPy float64, on random causal rows with
+    # repeated tokens, so every mask and every masked mean has something to weigh
+    rng = np.random.default_rng(3)
+    probe = gflow.Probe.default(rng.integers(0, 5, size=(6, 11)), 5, n_tracked=2)
+    logits = rng.normal(size=(2, 3, 6, 10, 10)) + np.triu(
+        np.full((10, 10), -np.inf), k=1
+    )
+    attention = np.exp(logits - logits.max(-1, keepdims=True))
+    attention /= attention.sum(-1, keepdims=True)
+    want = gflow.attention_signals(
+        attention, probe.tokens, top=probe.top, tracked=probe.tracked
+    )
+    got = torch_signals(torch.tensor(attention, dtype=dtype), probe)
+    for name, value in want.as_dict().items():
+        np.testing.assert_allclose(getattr(got, name), value, rtol=rtol, atol=1e-7)
+        assert np.any(value != 0), name

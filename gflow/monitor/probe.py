@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int
 
 from gflow.analysis.head_observables import HeadObservables
-from gflow.monitor.reduce import attention_signals
+from gflow.monitor.reduce import AttentionSignals, attention_signals
 from gflow.problems.transformer import product_singular_values
 
 __all__ = ["AttentionReading", "Probe"]
@@ -39,7 +39,9 @@ __all__ = ["AttentionReading", "Probe"]
 class AttentionReading:
     """What one probe forward pass of a framework gives the monitor (NumPy)."""
 
-    attention: np.ndarray  # [layers, heads, batch, query, key]
+    # [layers, heads, batch, query, key]; an adapter that reduces the attention on
+    # its own device (the PyTorch one) may hold its tensor here instead
+    attention: Any
     logits: np.ndarray  # [batch, vocabulary], the last position's
     qk: tuple[np.ndarray, np.ndarray] | None  # W_Q, W_K [layers, heads, m, k]
 
@@ -107,14 +109,20 @@ class Probe:
         }
 
     def read(
-        self, reading: AttentionReading, *, n_sv: int = 4
+        self,
+        reading: AttentionReading,
+        *,
+        n_sv: int = 4,
+        reduced: AttentionSignals | None = None,
     ) -> dict[str, np.ndarray]:
-        """``signals`` of one ``AttentionReading``."""
-        return self.signals(reading.attention, reading.logits, qk=reading.qk, n_sv=n_sv)
+        """``signals`` of one ``AttentionReading`` (``reduced``: its attention
+        already reduced by the adapter, which then is not read again)."""
+        attention = reading.attention if reduced is None else reduced
+        return self.signals(attention, reading.logits, qk=reading.qk, n_sv=n_sv)
 
     def signals(
         self,
-        attention: Float[ArrayLike, "l h b r s"],
+        attention: Float[ArrayLike, "l h b r s"] | AttentionSignals,
         logits: Float[ArrayLike, "b d"],
         *,
         qk: tuple[Float[ArrayLike, "l h m k"], Float[ArrayLike, "l h m k"]]
@@ -122,10 +130,13 @@ class Probe:
         n_sv: int = 4,
     ) -> dict[str, np.ndarray]:
         """The signals of one observation (module docstring), for
-        ``Monitor.record``."""
-        out = attention_signals(
-            attention, self.tokens, top=self.top, tracked=self.tracked
-        ).as_dict()
+        ``Monitor.record``; ``attention`` may be given already reduced (the
+        ``AttentionSignals`` of this probe)."""
+        if not isinstance(attention, AttentionSignals):
+            attention = attention_signals(
+                attention, self.tokens, top=self.top, tracked=self.tracked
+            )
+        out = attention.as_dict()
         logits = np.asarray(logits, dtype=float)
         b = self.tokens.shape[0]
         if logits.ndim != 2 or logits.shape[0] != b:
@@ -140,6 +151,6 @@ class Probe:
                     f"qk must be two [layers, heads, m, k] arrays, got {W_Q.shape} "
                     f"and {W_K.shape}"
                 )
-            sv = np.asarray(product_singular_values(jnp.asarray(W_Q), jnp.asarray(W_K)))
+            sv = product_singular_values(W_Q, W_K, xp=np)
             out["sv_W_A"] = sv[..., :n_sv]
         return out

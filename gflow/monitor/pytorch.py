@@ -33,6 +33,13 @@ Attention readers (strategies):
   both removed after the pass. The model's output must be logits [b, s, V] or
   [b, V] (or a tuple or object whose first item or ``logits`` is).
 - ``AutoAttention`` (the default): the first of the two that fits the model.
+
+A reader gives the attention as one torch tensor [layers, heads, b, s, s] on the
+model's device, in its dtype; ``TorchMonitor`` reduces it there with torch
+(``torch_signals``: ``reduce_attention``, the arithmetic of
+``gflow.attention_signals``), so an observation copies to the host only the
+per-head signals, the last logits and the query/key weights. A reader of your own
+may give NumPy instead.
 """
 
 from __future__ import annotations
@@ -47,7 +54,8 @@ from jaxtyping import ArrayLike, Int
 
 from gflow.analysis.stage import Stage
 from gflow.monitor.monitor import Monitor
-from gflow.monitor.probe import AttentionReading
+from gflow.monitor.probe import AttentionReading, Probe
+from gflow.monitor.reduce import AttentionSignals, ProbeMasks, reduce_attention
 
 __all__ = [
     "AttentionReading",
@@ -55,11 +63,44 @@ __all__ = [
     "HuggingFaceAttention",
     "MultiheadAttentionHooks",
     "TorchMonitor",
+    "probe_masks",
+    "torch_signals",
 ]
 
 
 def _numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().to("cpu", torch.float64).numpy()
+
+
+def _stack(attentions: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-layer weights [b, h, s, s] -> [layers, heads, b, s, s], on their device
+    and in their dtype (``TorchMonitor`` reduces them there, in one pass)."""
+    return torch.stack([a.detach().transpose(0, 1) for a in attentions])
+
+
+def torch_signals(
+    attention: torch.Tensor, probe: Probe, masks: ProbeMasks | None = None
+) -> AttentionSignals:
+    """``gflow.attention_signals`` computed by torch on the attention's device and
+    in its dtype (``reduce_attention``, the same arithmetic), so that only the
+    per-head signals, not the [l, h, b, s, s] weights, are copied to the host;
+    ``masks``: ``probe_masks(attention, probe)``, when kept from an earlier call."""
+    if masks is None:
+        masks = probe_masks(attention, probe)
+    out = reduce_attention(torch, attention, None, probe.top, None, masks=masks)
+    return AttentionSignals(**{k: _numpy(v) for k, v in out.items()})
+
+
+def probe_masks(attention: torch.Tensor, probe: Probe) -> ProbeMasks:
+    """The probe's ``ProbeMasks`` on the attention's device and in its dtype."""
+    device = attention.device
+    return ProbeMasks.of(
+        torch.tensor(probe.contexts, device=device),
+        attention.shape[-2],
+        probe.top,
+        torch.tensor(probe.tracked, device=device),
+        attention.dtype,
+    )
 
 
 def _last_logits(output) -> torch.Tensor:
@@ -131,9 +172,8 @@ class HuggingFaceAttention(AbstractAttentionReader):
         attentions = getattr(output, "attentions", None)
         if not attentions or any(a is None for a in attentions):
             raise ValueError("the model returned no attention weights")
-        attention = np.stack([_numpy(a) for a in attentions])  # [l, b, h, s, s]
         return AttentionReading(
-            attention=np.swapaxes(attention, 1, 2),
+            attention=_stack(attentions),
             logits=_numpy(_last_logits(output)),
             qk=self._projections(model),
         )
@@ -213,14 +253,13 @@ class MultiheadAttentionHooks(AbstractAttentionReader):
                 "(a fused fast path such as nn.TransformerEncoderLayer's in eval mode "
                 "bypasses it); call the attention modules directly in the model"
             )
-        attention = np.stack([_numpy(weights[id(m)]) for m in layers])  # [l,b,h,s,s]
-        if attention.ndim != 5:
+        if any(weights[id(m)].ndim != 4 for m in layers):
             raise ValueError(
                 "expected batched per-head weights [b, h, s, s]; give the probe "
                 "batch-first to batch_first=True layers"
             )
         return AttentionReading(
-            attention=np.swapaxes(attention, 1, 2),
+            attention=_stack([weights[id(m)] for m in layers]),
             logits=_numpy(_last_logits(output)),
             qk=self._projections(layers),
         )
@@ -295,7 +334,7 @@ class TorchMonitor(Monitor):
     ):
         super().__init__(out, every, **kwargs)
         self.reader = reader or AutoAttention()
-        self._probe_tokens = None
+        self._masks = None  # (probe, (shape, device, dtype), its ProbeMasks)
 
     def observe(
         self,
@@ -329,7 +368,14 @@ class TorchMonitor(Monitor):
         reading = self._forward(model, host)
         if probe is None:
             probe = self.probe_for(host, reading.logits.shape[-1])
-        signals = probe.read(reading, n_sv=self.n_sv)
+        reduced = None
+        if isinstance(reading.attention, torch.Tensor):
+            a = reading.attention
+            key = (a.shape, a.device, a.dtype)
+            if self._masks is None or self._masks[:2] != (probe, key):
+                self._masks = (probe, key, probe_masks(a, probe))
+            reduced = torch_signals(a, probe, self._masks[2])
+        signals = probe.read(reading, n_sv=self.n_sv, reduced=reduced)
         return self.record(step, signals, t, probe=probe)
 
     def _forward(self, model: torch.nn.Module, tokens: np.ndarray) -> AttentionReading:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int
 
-__all__ = ["AttentionSignals", "attention_signals", "reduce_attention"]
+__all__ = ["AttentionSignals", "ProbeMasks", "attention_signals", "reduce_attention"]
 
 
 def _masked_mean(xp, values, count):
@@ -33,32 +34,65 @@ def _masked_mean(xp, values, count):
     return xp.where(some, values / xp.where(some, count, 1.0), 0.0)
 
 
-def reduce_attention(xp, attn, contexts, top, tracked) -> dict:
+def _cast(mask, dtype):
+    """A boolean mask as ``dtype`` in NumPy and JAX (``astype``) or torch (``to``)."""
+    astype = getattr(mask, "astype", None)
+    return astype(dtype) if astype is not None else mask.to(dtype)
+
+
+@dataclass(frozen=True)
+class ProbeMasks:
+    """The probe's token masks the reduction weighs attention with, in the
+    attention's dtype (the probe is fixed, so an adapter may build them once)."""
+
+    top_key: Any  # [b, s]: key j of context n is top
+    top_query: Any  # [b, r]: query i is top
+    same: Any  # [b, r, s]: key j equals query i
+    query: Any  # [b, r, q]: query i is tracked token q
+    is_tracked: Any  # [b, r]: query i is any tracked token
+
+    @classmethod
+    def of(cls, contexts, rows: int, top, tracked, dtype) -> ProbeMasks:
+        """The masks of ``contexts`` [b, s] for the last ``rows`` queries."""
+        queries = contexts[:, contexts.shape[1] - rows :]  # [b, r]
+        query = _cast(queries[:, :, None] == tracked, dtype)
+        return cls(
+            top_key=_cast(contexts == top, dtype),
+            top_query=_cast(queries == top, dtype),
+            same=_cast(queries[:, :, None] == contexts[:, None, :], dtype),
+            query=query,
+            is_tracked=_cast(query.sum(-1) > 0, dtype),
+        )
+
+
+def reduce_attention(xp, attn, contexts, top, tracked, masks=None) -> dict:
     """The per-head signals from attention [l, h, b, r, s] and contexts [b, s] in
-    the array namespace ``xp`` (module docstring)."""
-    dtype = attn.dtype
-    queries = contexts[:, contexts.shape[1] - attn.shape[-2] :]  # [b, r]
-    top_key = (contexts == top).astype(dtype)  # [b, s]
-    top_query = (queries == top).astype(dtype)  # [b, r]
-    on_top = xp.einsum("lhbij,bj->lhbi", attn, top_key)
-    same = (queries[:, :, None] == contexts[:, None, :]).astype(dtype)  # [b, r, s]
-    on_self = xp.einsum("lhbij,bij->lhbi", attn, same)
-    query = (queries[:, :, None] == tracked).astype(dtype)  # [b, r, q]
-    is_tracked = xp.max(query, axis=-1, initial=0.0)  # [b, r]
+    the array namespace ``xp`` (module docstring): ``numpy``, ``jax.numpy`` or
+    ``torch`` (then ``contexts`` and ``tracked`` are tensors on the attention's
+    device), computed in the attention's dtype; ``masks``: the ``ProbeMasks`` of
+    these contexts, built here when not given."""
+    if masks is None:
+        masks = ProbeMasks.of(contexts, attn.shape[-2], top, tracked, attn.dtype)
+    on_top = xp.matmul(attn, masks.top_key[:, :, None])[..., 0]  # [l, h, b, r]
+    on_self = xp.einsum("lhbij,bij->lhbi", attn, masks.same)
     last = attn[..., -1, :]  # [l, h, b, s]
     plogp = xp.where(last > 0, last * xp.log(xp.where(last > 0, last, 1.0)), 0.0)
     return {
         "head_entropy": xp.mean(-xp.sum(plogp, axis=-1), axis=-1),
         "head_on_top": _masked_mean(
-            xp, xp.einsum("lhbi,bi->lh", on_top, top_query), xp.sum(top_query)
+            xp,
+            xp.einsum("lhbi,bi->lh", on_top, masks.top_query),
+            xp.sum(masks.top_query),
         ),
         "head_tracked_on_top": _masked_mean(
             xp,
-            xp.einsum("lhbi,biq->lhq", on_top, query),
-            xp.sum(query, axis=(0, 1)),
+            xp.einsum("lhbi,biq->lhq", on_top, masks.query),
+            xp.sum(masks.query, axis=(0, 1)),
         ),
         "head_self": _masked_mean(
-            xp, xp.einsum("lhbi,bi->lh", on_self, is_tracked), xp.sum(is_tracked)
+            xp,
+            xp.einsum("lhbi,bi->lh", on_self, masks.is_tracked),
+            xp.sum(masks.is_tracked),
         ),
     }
 

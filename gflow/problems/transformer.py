@@ -28,16 +28,18 @@ from gflow.problems.model import AttentionModel
 
 
 def product_singular_values(
-    A: Float[Array, "*h m k"], B: Float[Array, "*h m k"]
-) -> Float[Array, "*h k"]:
+    A: Float[ArrayLike, "*h m k"], B: Float[ArrayLike, "*h m k"], xp=jnp
+) -> Float[ArrayLike, "*h k"]:
     """Singular values of A Bᵀ (m × m, rank ≤ k ≤ m) per leading index, decreasing.
 
     With A = Q_A R_A and B = Q_B R_B (reduced QR, Q with orthonormal columns),
     A Bᵀ = Q_A (R_A R_Bᵀ) Q_Bᵀ has the singular values of the k × k R_A R_Bᵀ.
+    ``xp``: the array namespace, ``jax.numpy`` or ``numpy`` (the monitor's host
+    path for other frameworks' weights).
     """
-    R_A = jnp.linalg.qr(A, mode="r")
-    R_B = jnp.linalg.qr(B, mode="r")
-    return jnp.linalg.svd(R_A @ jnp.swapaxes(R_B, -1, -2), compute_uv=False)
+    R_A = xp.linalg.qr(A, mode="r")
+    R_B = xp.linalg.qr(B, mode="r")
+    return xp.linalg.svd(R_A @ xp.swapaxes(R_B, -1, -2), compute_uv=False)
 
 
 class LayerNorm(eqx.Module):
