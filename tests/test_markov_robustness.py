@@ -147,3 +147,41 @@ def test_quick_run_writes_table_and_resumes(tmp_path):
     # a rerun reuses every saved flow: no new session is recorded
     mr.main(argv)
     assert len(mr.read_json(tmp_path / "results_quick.json")["sessions"]) == 1
+
+
+def test_durations_fit_the_slope_in_log_one_over_eps():
+    # lifting lasting 40 ln(1/ε) + seed, focus 30 whatever ε: slopes 40 and 0;
+    # ε = 0.1 breaks the order in one seed, so it is left out of the fit
+    cfg = mr.Config()
+    confs = mr.configurations(cfg)
+    saved = {"runs": {}}
+    for name, conf in confs.items():
+        if not (name == "default" or name.startswith("eps_")):
+            continue
+        e = conf["eps"]
+        for s in cfg.seeds:
+            lift = 40 * math.log(1 / e) + s
+            row = {
+                "spec": mr._spec(conf, s, cfg),
+                "order": not (name == "eps_0.1" and s == 2) and e < 0.1 + 1e-9,
+                "focus_start": 10.0,
+                "focus_end": 40.0,
+                "dilution_start": 20.0,
+                "dilution_end": 20.0 + 7 * math.log(1 / e),
+                "asymmetry_lifting_start": 50.0,
+                "asymmetry_lifting_end": 50.0 + lift,
+            }
+            saved["runs"][f"{name}/seed{s}"] = row
+    dur = mr.durations(cfg, saved)
+    assert dur["eps"] == pytest.approx([1e-3, 1e-2, 3e-2])
+    lift = dur["stages"]["asymmetry_lifting"]
+    assert lift["slope"]["mean"] == pytest.approx(40.0)
+    assert lift["slope"]["sd"] == pytest.approx(0.0, abs=1e-9)
+    assert lift["duration"][0]["mean"] == pytest.approx(40 * math.log(1e3) + 2)
+    assert dur["stages"]["focus"]["slope"]["mean"] == pytest.approx(0.0, abs=1e-9)
+    line = mr.durations_line(dur)
+    assert "asymmetry lifting" in line and "40.0 ± 0.0 per unit ln(1/ε) (grows)" in line
+    assert (
+        "focus 30 ± 0 / 30 ± 0 / 30 ± 0, slope" in line and "(about constant)" in line
+    )
+    assert "dilution" in line and line.count("(grows)") == 2
