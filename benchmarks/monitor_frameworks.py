@@ -6,7 +6,7 @@ GPT-style model in each framework, measured the same way?
 
 Command:  PYTHONPATH=$PWD python benchmarks/monitor_frameworks.py [--quick]
           [--write-docs]
-Runtime:  about 4 min on 2 cores (``--quick``: about 1.5 min).
+Runtime:  about 6 min on 2 cores (``--quick``: about 1.5 min).
 Writes:   benchmarks/results/monitor_frameworks.json and .md (the table of
           docs/monitor.md's "Cost in each framework"); ``--write-docs`` puts it there.
 
@@ -28,8 +28,9 @@ what the next one would).
 Timing: per framework, the step and the observation run once untimed (compiling
 what compiles); then one step alone and one observation alone are timed (medians of
 30), and loops of ``steps`` steps without the monitor and with it at every = 10 are
-interleaved over ``repeats`` repeats. The overhead is median(with) / median(without)
-- 1; the prediction is (observation / step) / 10.
+interleaved over ``repeats`` repeats. The overhead is the median over the repeats of
+with / without - 1 (each repeat's pair of loops runs back to back, so a change of
+the machine's load moves both); the prediction is (observation / step) / 10.
 """
 
 from __future__ import annotations
@@ -331,7 +332,10 @@ def measure(name, make, pool, probe, *, steps, repeats, tmp) -> dict:
         "observation_ms": float(obs_ms),
         "loop_without_s": float(np.median(base)),
         "loop_with_s": float(np.median(timed)),
-        "overhead": float(np.median(timed) / np.median(base) - 1),
+        # the median of the repeats' paired ratios: a drift of the machine's load
+        # moves both loops of a repeat, not the ratio
+        "overhead": float(np.median(np.asarray(timed) / np.asarray(base)) - 1),
+        "overhead_per_repeat": (np.asarray(timed) / np.asarray(base) - 1).tolist(),
         "predicted": float(obs_ms / step_ms / EVERY),
         "load_after_repeats": loads,
     }
@@ -341,7 +345,7 @@ def run(*, quick: bool = False) -> dict:
     import jax
     import torch
 
-    steps, repeats = (100, 2) if quick else (200, 3)
+    steps, repeats = (100, 2) if quick else (150, 6)
     pool, probe = _data()
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load_start = list(os.getloadavg())
@@ -373,6 +377,14 @@ def run(*, quick: bool = False) -> dict:
     return record
 
 
+def _span(row: dict) -> str:
+    """The range of a row's per-repeat overheads (older records have none)."""
+    each = row.get("overhead_per_repeat")
+    if not each:
+        return "–"
+    return f"{100 * min(each):+.1f}% to {100 * max(each):+.1f}%"
+
+
 def table(record: dict) -> str:
     loads = [x for r in record["rows"] for x in r["load_after_repeats"]]
     lines = [
@@ -385,14 +397,15 @@ def table(record: dict) -> str:
         f"every {record['every']}; {record['runtime_s']:.0f} s in all.",
         "",
         "| framework | one step (ms) | one observation (ms) | loop without (s) "
-        "| loop with (s) | overhead | predicted (obs / step / every) |",
+        "| loop with (s) | overhead (repeats' range) "
+        "| predicted (obs / step / every) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in record["rows"]:
         lines.append(
             f"| {r['framework']} | {r['step_ms']:.2f} | {r['observation_ms']:.2f} | "
             f"{r['loop_without_s']:.2f} | {r['loop_with_s']:.2f} | "
-            f"{100 * r['overhead']:+.1f}% | {100 * r['predicted']:.1f}% |"
+            f"{100 * r['overhead']:+.1f}% ({_span(r)}) | {100 * r['predicted']:.1f}% |"
         )
     return "\n".join(lines) + "\n"
 
