@@ -188,6 +188,28 @@ def test_bad_models_and_probes_are_refused(tmp_path):
         monitor.observe(1, OneAttention(), _probe()[:, 1:])
 
 
+def test_a_new_probe_batch_gets_its_own_masks(tmp_path):
+    # the torch reduction keeps the probe's masks; new tokens of the same shape
+    # must be reduced with theirs, as gflow.attention_signals reduces them
+    torch.manual_seed(0)
+    model = OneAttention().eval()
+    monitor = TorchMonitor(tmp_path / "m", every=1, verbose=False)
+    monitor.observe(0, model, _probe(seed=1))
+    other = _probe(seed=2)
+    monitor.observe(1, model, other)
+    monitor.close()
+    traj, _, cfg = gflow.load_monitor(tmp_path / "m")
+    with torch.no_grad():
+        reading = MultiheadAttentionHooks().read(model, torch.tensor(other[:, :-1]))
+    want = gflow.attention_signals(
+        reading.attention.numpy(), other, top=cfg["top"], tracked=cfg["tracked"]
+    )
+    np.testing.assert_allclose(traj.metrics["head_self"][-1], want.head_self, rtol=1e-5)
+    np.testing.assert_allclose(
+        traj.metrics["head_on_top"][-1], want.head_on_top, rtol=1e-5
+    )
+
+
 # -- Hugging Face ------------------------------------------------------------------
 
 

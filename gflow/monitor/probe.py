@@ -73,7 +73,7 @@ class Probe:
         *,
         n_tracked: int = 3,
         top: int | None = None,
-        tracked: Sequence[int] | None = None,
+        tracked: Sequence[int] | Int[ArrayLike, " q"] | None = None,
     ) -> Probe:
         """Top and tracked from the contexts' counts (``HeadObservables.default``:
         top the most frequent token, tracked the ``n_tracked`` least frequent that

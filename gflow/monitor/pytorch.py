@@ -372,7 +372,12 @@ class TorchMonitor(Monitor):
         if isinstance(reading.attention, torch.Tensor):
             a = reading.attention
             key = (a.shape, a.device, a.dtype)
-            if self._masks is None or self._masks[:2] != (probe, key):
+            # the probe by identity (probe_for keeps it while its tokens stay)
+            if (
+                self._masks is None
+                or self._masks[0] is not probe
+                or self._masks[1] != key
+            ):
                 self._masks = (probe, key, probe_masks(a, probe))
             reduced = torch_signals(a, probe, self._masks[2])
         signals = probe.read(reading, n_sv=self.n_sv, reduced=reduced)
