@@ -455,7 +455,12 @@ def _monitor_dir(path):
     """A monitor directory in the files ``gflow.monitor`` documents: config.json,
     metrics.csv, events.jsonl (1 layer × 2 heads, one tracked query)."""
     path.mkdir()
-    shapes = {"loss": [], "head_entropy": [1, 2], "head_tracked_on_top": [1, 2, 1]}
+    shapes = {
+        "loss": [],
+        "head_entropy": [1, 2],
+        "head_self": [1, 2],
+        "head_tracked_on_top": [1, 2, 1],
+    }
     config = {
         "command": "monitor",
         "every": 5,
@@ -473,13 +478,16 @@ def _monitor_dir(path):
             "loss",
             "head_entropy_0_0",
             "head_entropy_0_1",
+            "head_self_0_0",
+            "head_self_0_1",
             "head_tracked_on_top_0_0_0",
             "head_tracked_on_top_0_1_0",
         ]
     )
     for step in range(0, 200, 5):
         t = 0.01 * step
-        w.writerow([step, t, 1 / (1 + t), 1.7, 1.7 - t / 2, 0.4, 0.4 + t / 4])
+        row = [step, t, 1 / (1 + t), 1.7, 1.7 - t / 2, 0.2, 0.2, 0.4, 0.4 + t / 4]
+        w.writerow(row)
     (path / "metrics.csv").write_text(buf.getvalue())
     events = [
         gflow.Stage(
@@ -525,6 +533,44 @@ def test_monitor(tmp_path, monkeypatch):
     assert {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()} == {
         r"$t = \sum\,\eta$"
     }
+    # the timeline names the focus of head (0, 1): its tracked mass on top rose
+    (line,) = [ax for ax in fig.axes if ax.get_ylabel() == "layer, head"]
+    assert [t.get_text() for t in line.get_yticklabels()] == [
+        "global",
+        "L0 H0",
+        "L0 H1",
+    ]
+    assert [t.get_text() for t in line.get_legend().get_texts()] == ["top token"]
+
+
+def _stage(onset, t, layer=0, head=0):
+    if onset is None:  # an offline stage
+        return gflow.Stage("focus", t, t, 1, layer, head)
+    online = dict(step=0, signal="head_entropy", value=0.0, reference=0.0)
+    return gflow.Stage(
+        "focus", t, t, 1, layer, head, onset=onset, threshold=0.1, **online
+    )
+
+
+def test_focus_key_class_is_the_class_whose_mass_rose_most():
+    """Oracle: three rows of hand-set masses (top, self, rest = 1 - both)."""
+    from gflow.plotting.monitor import focus_key_class
+
+    t = np.array([0.0, 1.0, 2.0])
+    top = np.array([0.2, 0.6, 0.1]).reshape(3, 1, 1, 1)  # [t, l, h, q]
+    self_ = np.array([0.2, 0.1, 0.7]).reshape(3, 1, 1)
+    m = {"head_tracked_on_top": top, "head_self": self_}
+    assert focus_key_class(t, m, _stage(0.0, 1.0)) == "top token"  # +0.4 on top
+    assert focus_key_class(t, m, _stage(1.0, 2.0)) == "itself"  # +0.6 on self
+    # from t = 0 to 2: top −0.1, self +0.5, rest −0.4: itself; an onset between
+    # saves reads the save before it
+    assert focus_key_class(t, m, _stage(0.5, 2.0)) == "itself"
+    rest = {"head_tracked_on_top": top[::-1] * 0 + 0.1, "head_self": self_ * 0}
+    rest["head_tracked_on_top"][0] = 0.5  # top falls 0.5 → 0.1: the rest rises
+    assert focus_key_class(t, rest, _stage(0.0, 2.0)) == "other keys"
+    assert focus_key_class(t, {"head_tracked_on_top": top}, _stage(0.0, 1.0)) == ""
+    assert focus_key_class(t, m, _stage(float("nan"), 1.0)) == ""  # no span
+    assert focus_key_class(t, m, _stage(None, 1.0)) == ""
 
 
 def _text_dir(path):
@@ -566,9 +612,12 @@ def _text_dir(path):
 def test_text_figures(tmp_path, monkeypatch):
     run_dir = _text_dir(tmp_path / "text")
     made = _figures(monkeypatch)
-    out = plotting.plot_attention_rows(run_dir, "adamw", num_keys=3)
+    out = plotting.plot_attention_rows(run_dir, "adamw", others=1)
     assert out.name == "attention_rows_adamw.png"
     fig = _rendered(made, out)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[0].startswith("on ") and "on itself" in legend
+    assert legend[-1] == "on every other key"
     assert fig.axes[0].get_xscale() == "symlog"  # the rows move in the first decades
     out = plotting.plot_text_summary(run_dir, ["adamw"])
     assert out.name == "text_summary.png"
@@ -576,6 +625,29 @@ def test_text_figures(tmp_path, monkeypatch):
     assert {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()} == {
         r"$t = \sum\,\eta$"
     }
+
+
+def test_row_masses_split_the_row_and_name_the_largest_other_key():
+    """Oracle: a hand-made row over 3 saves, 5 key types (top 0, query 2)."""
+    from gflow.plotting.text import row_masses
+
+    R = np.array(
+        [
+            [0.2, 0.2, 0.2, 0.2, 0.2],
+            [0.5, 0.1, 0.1, 0.1, 0.2],
+            [0.1, 0.0, 0.6, 0.3, 0.0],
+        ]
+    )
+    m = row_masses(R, q=2, top=0, others=1)
+    assert list(m) == ["top", "self", 3, "rest"]  # key 3 peaks at 0.3, key 4 at 0.2
+    np.testing.assert_allclose(m["top"], R[:, 0])
+    np.testing.assert_allclose(m["self"], R[:, 2])
+    np.testing.assert_allclose(m["rest"], R[:, 1] + R[:, 4])
+    np.testing.assert_allclose(sum(m.values()), 1.0)
+    # the query is the top type: no "self" line; others=0 leaves only the rest
+    m = row_masses(R, q=0, top=0, others=0)
+    assert list(m) == ["top", "rest"]
+    np.testing.assert_allclose(m["rest"], 1 - R[:, 0])
 
 
 def test_every_public_figure_function_is_rendered_here():

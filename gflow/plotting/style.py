@@ -97,6 +97,7 @@ def time_axis(ax, t, *, label: str | None = None, decades: float = 2.0) -> str:
     if pos.size >= 2 and np.log10(pos.max() / pos.min()) > decades:
         if np.any(t <= 0):
             ax.set_xscale("symlog", linthresh=float(pos.min()), linscale=0.6)
+            ax.set_xlim(left=float(t.min()))  # no margin of negative decades
             scale = "symlog"
         else:
             ax.set_xscale("log")
