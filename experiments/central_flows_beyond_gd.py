@@ -57,6 +57,13 @@ from gflow import (  # noqa: E402
     RMSProp,
     RMSPropCentralFlowReference,
 )
+from gflow.plotting.figure import save_figure  # noqa: E402
+from gflow.plotting.style import (  # noqa: E402
+    DOC_WIDTH,
+    STEP_CLOCK,
+    settings_line,
+    styled,
+)
 from gflow.runs import FlowConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,23 +197,63 @@ def table(records) -> str:
     return "\n".join([head, *rows])
 
 
+#: how each optimizer is named in the figure
+OPTIMIZER_NAMES = {"rmsprop": "RMSProp", "momentum": "heavy ball", "adam": "Adam"}
+
+
+@styled
 def figure(records, out: Path) -> Path:
-    fig, axes = plt.subplots(1, len(records), figsize=(3.2 * len(records), 3))
-    for ax, r in zip(np.atleast_1d(axes), records):
-        ax.semilogy(r["t"], np.maximum(r["central_distance"], 1e-6), label="central")
-        ax.semilogy(
-            r["t"], np.maximum(r["stable_distance"], 1e-6), "--", label="stable"
-        )
+    """One panel per case (3 per row, at the docs' width): the distance of the
+    run's time average from the central flow (solid) and from the stable flow
+    (dashed), on a log axis where they span decades, a grey line where the
+    central flow reaches its edge; the legend below names all three, the footer
+    the settings."""
+    cols = 3
+    rows = -(-len(records) // cols)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(DOC_WIDTH, 2.05 * rows + 0.5), squeeze=False
+    )
+    for ax, r in zip(axes.flat, records):
+        # t = 0 is left out: run and models start at one point (distance 0)
+        t = r["t"][1:]
+        central = np.maximum(r["central_distance"][1:], 1e-6)
+        stable = np.maximum(r["stable_distance"][1:], 1e-6)
+        ax.plot(t, central, color="k")
+        ax.plot(t, stable, "--", color="tab:orange")
+        both = np.concatenate([central, stable])
+        if both.max() / both.min() > 10:  # a log axis only where it spans decades
+            ax.set_yscale("log")
         if r["edge_index"] is not None:
-            ax.axvline(r["t"][r["edge_index"]], color="grey", lw=0.8)
-        ax.set_title(r["case"], fontsize=9)
-        ax.set_xlabel("t = kη")
-    np.atleast_1d(axes)[0].set_ylabel("|run (time-averaged) − model|")
-    np.atleast_1d(axes)[0].legend(fontsize=8)
-    fig.tight_layout()
+            ax.axvline(r["t"][r["edge_index"]], color="0.55", lw=0.9, ls=":")
+        problem = "toy" if r["problem"] == "toy" else "Markov"
+        ax.set_title(
+            f"{OPTIMIZER_NAMES[r['optimizer']]}, {problem}, η = {r['eta']:g}",
+            loc="left",
+            fontsize=8,
+        )
+        ax.set_xlabel(STEP_CLOCK)
+        ax.set_ylabel("|run − flow|")
+        ax.xaxis.set_major_locator(plt.MaxNLocator(4))
+    for ax in axes.flat[len(records) :]:
+        ax.set_visible(False)
+    handles = [
+        plt.Line2D([], [], color="k"),
+        plt.Line2D([], [], color="tab:orange", ls="--"),
+        plt.Line2D([], [], color="0.55", lw=0.9, ls=":"),
+    ]
+    labels = [
+        "central flow",
+        "stable flow (no oscillation)",
+        "central flow at its edge",
+    ]
+    fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False)
+    settings_line(
+        fig,
+        "toy: L = y(1 − cos x) − c y, c = 0.05 · Markov: the default model, "
+        "float64, init seed 0 · run averaged over 20 steps · β = 0.9",
+    )
     path = out / "distance.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
     return path
 
 
