@@ -185,3 +185,11 @@ def test_durations_fit_the_slope_in_log_one_over_eps():
         "focus 30 ± 0 / 30 ± 0 / 30 ± 0, slope" in line and "(about constant)" in line
     )
     assert "dilution" in line and line.count("(grows)") == 2
+    assert "saddle escape" not in line  # no rate given
+    # against the rank-one saddle's rate: 1/λ₁ = 40 matches the slope 40 exactly,
+    # 1/λ₁ = 50 is 20% off
+    rate = {"lambda1": 1 / 40, "grad_norm": 1e-13, "loss": 0.6}
+    line = mr.durations_line(dur, rate)
+    assert "1/λ₁ = 40.0" in line and "slope · λ₁ = 1.000 (within 5%)" in line
+    line = mr.durations_line(dur, {**rate, "lambda1": 1 / 50})
+    assert "slope · λ₁ = 0.800 (off by more than 5%)" in line
