@@ -96,6 +96,7 @@ def execute(job: AbstractJob, args, figures: Figures | None = None) -> int:
         resumed=request.resumed,
         processes=processes,
         program_cache=_program_cache(args),
+        interrupt=getattr(args, "interrupt", None),
     )
     directory = RunDirectory(request.out)
     start = time.perf_counter()

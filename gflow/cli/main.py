@@ -8,6 +8,7 @@ import signal
 import sys
 
 from gflow.cli.commands import COMMANDS
+from gflow.dynamics.interrupt import SignalWatch
 from gflow.runs.config import ConfigError
 
 _TYPE_NAMES = {"int": "an integer", "float": "a number"}
@@ -92,8 +93,11 @@ def main(argv=None) -> int:
         args.compile_cache = configure(no_cache=args.no_compile_cache)
     # SIGTERM (a batch scheduler's stop) unwinds like Ctrl-C: checkpoints are atomic
     signal.signal(signal.SIGTERM, _interrupt)
+    watch = SignalWatch()
+    args.interrupt = watch  # asked inside long compiled solves (Context.interrupt)
     try:
-        return args.handler(args)
+        with watch:
+            return args.handler(args)
     except (ConfigError, FileNotFoundError) as e:  # UsageError is a ConfigError
         if args.debug:
             raise

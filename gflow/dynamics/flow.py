@@ -90,6 +90,7 @@ def _solve_arrays(
     max_steps,
     save_params,
     progress_meter,
+    interrupt=None,
 ):
     y0, unravel = jax.flatten_util.ravel_pytree(params)
     dtype = y0.dtype
@@ -97,7 +98,7 @@ def _solve_arrays(
     watched = not isinstance(solver, diffrax.AbstractImplicitSolver)
     if watched:
         show = not isinstance(progress_meter, diffrax.NoProgressMeter)
-        solver = Watched(solver, t0, t1, show=show)
+        solver = Watched(solver, t0, t1, show=show, interrupt=interrupt)
 
     def save_fn(t, y, args):
         p = unravel(y)
@@ -214,6 +215,7 @@ def solve_flow(
     save_params: bool = False,
     progress: bool | None = None,
     program_cache: Callable[..., PyTree] | None = None,
+    interrupt: Callable[[], bool] | None = None,
 ) -> Trajectory:
     """Integrate the gradient flow of ``loss_fn`` from ``model`` over [t0, t1].
 
@@ -248,6 +250,14 @@ def solve_flow(
         program_cache: a ``gflow.runs.program_cache.ProgramCache`` (any callable
             ``cache(fn, *args)``) that runs the solve from a traced program kept on
             disk, so a new process skips tracing; None traces it (once per process).
+        interrupt: a function asked from inside the compiled solve every 32
+            attempted steps (``gflow.dynamics.interrupt.SignalWatch``: whether a
+            signal arrived); once it is true the solve ends there and
+            ``KeyboardInterrupt`` is raised, unless the signal's own handler
+            raised first. A program with this host callback cannot be kept by
+            ``program_cache`` (it is traced instead). Implicit solvers are not
+            watched, so they are not interrupted inside the solve. None: the
+            solve runs to its end before a signal's handler runs.
 
     Returns:
         A Trajectory with status ``"success"``, ``"max_steps"``, ``"diverged"``
@@ -296,12 +306,17 @@ def solve_flow(
         max_steps,
         save_params,
         meter,
+        interrupt,
     )
     if program_cache is None:
         out = _solve(*args)
     else:
         out = program_cache(_solve_arrays, *args)
     ts_saved, saved, final, t_last, code, stats, num_evals, watch = out
+    if interrupt is not None:
+        jax.block_until_ready(out)  # the solve ended: at t1, or where it was asked
+        if interrupt():
+            raise KeyboardInterrupt("interrupted by a signal inside the solve")
     final_flat = jnp.asarray(final)
     final = _unravel_rows(np.asarray(final), params)
     ts_saved = np.asarray(ts_saved)

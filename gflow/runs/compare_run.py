@@ -166,6 +166,7 @@ class CompareJob(AbstractJob[CompareConfig]):
             observables=plan.observables,
             save_params=True,
             progress=False,
+            interrupt=context.interrupt,
         )
         pi = plan.pi
         result = CompareResult(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 
 import jax
@@ -30,6 +31,18 @@ from gflow.runs.names import SOLVERS
 from gflow.runs.resumable_flow import solve_flow_resumable
 from gflow.runs.run_dir import RunDirectory
 from gflow.runs.trajectory_files import save_trajectory
+
+#: copies of the parameter vector a solve holds at once, at the least (Tsit5's
+#: stages and state, the gradient, AutoSwitch's Lanczos vectors)
+WORKING_COPIES = 40
+
+
+def _physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +98,29 @@ class FlowConfig(AbstractConfig):
         except ValueError as e:
             field = "lam" if str(e).startswith("lam") else "pi"
             bad(field, str(e).removeprefix(field).strip())
+        need, have = self.memory_bytes(), _physical_memory()
+        if have is not None and need > have:
+            bad(
+                "d_model" if self.d_model > 1024 else "num_saves",
+                f"a flow of {self.parameter_count():,} parameters with "
+                f"{self.num_saves} saved snapshots needs about {need / 2**30:.3g} GiB "
+                f"({WORKING_COPIES} working copies of the parameters, plus the "
+                f"snapshots), more than this machine's {have / 2**30:.3g} GiB; lower "
+                "--d-model or --num-saves, or pass --no-params",
+            )
+
+    def parameter_count(self) -> int:
+        """Floats of the model: W_E [d, m], W_Q and W_K [m, m] (or one W_A), W_P
+        [m, d]."""
+        d, m = len(self.pi), self.d_model
+        return 2 * d * m + (2 if self.factorised else 1) * m * m
+
+    def memory_bytes(self) -> int:
+        """A lower bound on what the solve holds: ``WORKING_COPIES`` copies of the
+        parameters (the solver's stages and state, the gradient, Lanczos vectors),
+        and one per saved time when the snapshots are kept."""
+        copies = WORKING_COPIES + (self.num_saves if self.save_params else 0)
+        return (8 if self.x64 else 4) * self.parameter_count() * copies
 
     def chain(self) -> MarkovChain:
         return MarkovChain.from_lambda(pi=self.pi, lam=self.lam)
@@ -107,13 +143,15 @@ def run_flow(
     progress: bool | None = None,
     checkpoint_dir=None,
     program_cache=None,
+    interrupt=None,
 ) -> Trajectory:
     """Integrate the population flow that ``cfg`` describes.
 
     With ``checkpoint_dir`` the flow runs in ``cfg.segments`` checkpointed pieces and
     resumes from a checkpoint found there (``gflow.runs.resumable_flow``);
     ``program_cache`` (a ``gflow.runs.program_cache.ProgramCache``) runs the solve
-    from a traced program on disk.
+    from a traced program on disk; ``interrupt`` is asked inside the solve
+    (``solve_flow``).
     """
     chain = cfg.chain()
     kwargs = dict(
@@ -126,6 +164,7 @@ def run_flow(
         save_params=cfg.save_params,
         progress=progress,
         program_cache=program_cache,
+        interrupt=interrupt,
     )
     if checkpoint_dir is None:
         return solve_flow(PopulationLoss(chain), cfg.model(), t1=cfg.t1, **kwargs)
@@ -193,6 +232,7 @@ class FlowJob(AbstractJob[FlowConfig]):
             progress=False if context.quiet else None,
             checkpoint_dir=directory.checkpoint,
             program_cache=context.program_cache,
+            interrupt=context.solve_interrupt(),
         )
         return FlowResult(cfg, traj)
 

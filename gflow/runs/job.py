@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import sys
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -40,12 +42,23 @@ class Context:
         resumed: the run continues one found in its directory.
         processes: this process among several joined ones (None: one process).
         program_cache: where traced programs are kept (None: not kept).
+        interrupt: whether a signal arrived (``gflow.dynamics.interrupt.
+            SignalWatch``), asked from inside long compiled work (None: not asked).
     """
 
     quiet: bool = False
     resumed: bool = False
     processes: Processes | None = None
     program_cache: ProgramCache | None = None
+    interrupt: Callable[[], bool] | None = None
+
+    def solve_interrupt(self) -> Callable[[], bool] | None:
+        """The ``interrupt`` a flow's solve should ask: always where a progress
+        bar is shown or no program cache is used; a batch run that keeps its
+        traced program on disk (which cannot hold the host callback) is
+        interrupted between its segments instead."""
+        shown = not self.quiet and sys.stderr.isatty()
+        return self.interrupt if shown or self.program_cache is None else None
 
     @property
     def main(self) -> bool:

@@ -88,7 +88,7 @@ def solve_flow_resumable(
     settings = {
         k: v
         for k, v in kwargs.items()
-        if k not in ("progress", "observables", "program_cache")
+        if k not in ("progress", "observables", "program_cache", "interrupt")
     }
     fp = fingerprint(
         loss_fn,

@@ -101,6 +101,12 @@ class Watched(diffrax.AbstractSolver):
         show: write progress lines (at ``refresh``, 2 ``refresh``, 4 ``refresh``, ...
             attempted steps, and where the method changes).
         refresh: the attempted step of the first progress line.
+        interrupt: a host function asked every ``check_every`` attempted steps (a
+            host callback); once it returns true the step ends the solve (Diffrax
+            stops at a result that is not successful: ``internal_error`` here, so
+            ``interrupt`` must stay true once it is, and the caller tells the two
+            apart by asking it again). None: not asked.
+        check_every: attempted steps between two calls of ``interrupt``.
     """
 
     solver: diffrax.AbstractSolver
@@ -108,12 +114,16 @@ class Watched(diffrax.AbstractSolver):
     t_end: Real[ArrayLike, ""]
     show: bool = eqx.field(static=True, default=False)
     refresh: int = eqx.field(static=True, default=100)
+    interrupt: Callable[[], bool] | None = eqx.field(static=True, default=None)
+    check_every: int = eqx.field(static=True, default=32)
 
     def __check_init__(self):
         if isinstance(self.solver, diffrax.AbstractImplicitSolver):
             raise ValueError("Watched cannot wrap an implicit solver")
         if self.refresh < 1:
             raise ValueError(f"refresh must be >= 1, got {self.refresh}")
+        if self.check_every < 1:
+            raise ValueError(f"check_every must be >= 1, got {self.check_every}")
 
     @property
     def term_structure(self):
@@ -183,6 +193,22 @@ class Watched(diffrax.AbstractSolver):
         y1, y_error, dense_info, inner, result = self.solver.step(
             terms, t0, t1, y0, args, st.inner, made_jump
         )
+        if self.interrupt is not None:
+            ask = self.interrupt
+
+            def asked():
+                return jax.pure_callback(
+                    lambda: np.asarray(bool(ask())),
+                    jax.ShapeDtypeStruct((), jnp.bool_),
+                )
+
+            # a rejected step keeps the old count, so the next attempt asks again
+            stop = jax.lax.cond(
+                st.count % self.check_every == 0, asked, lambda: jnp.asarray(False)
+            )
+            # a result that is not "okay" (an event's would be overwritten by the
+            # controller's): the solve ends; the caller asks ``interrupt`` again
+            result = diffrax.RESULTS.where(stop, diffrax.RESULTS.internal_error, result)
         clipped = t1 >= self.t_end  # the step that ends the solve may be cut short
         new = WatchState(
             inner=inner,
