@@ -81,6 +81,7 @@ from gflow.analysis import (  # noqa: E402
     detect_stages,
     embed_rank_one,
     rank_one_critical_point,
+    saddle_rate,
     split_hessian,
 )
 from gflow.dynamics import solve_flow  # noqa: E402
@@ -139,6 +140,8 @@ class Config:
     atol: float = 1e-8
     min_plateau: float = 10.0
     sinkhorn_seed: int = 0
+    #: the second initial scale of every other chain: its plateau's slope in ln(1/ε)
+    slope_eps: float = 1e-2
 
 
 def _coupling_chain(F: np.ndarray) -> np.ndarray:
@@ -203,6 +206,12 @@ def configurations(cfg: Config) -> dict[str, dict]:
     for e in cfg.eps[1:]:
         label = "ε = 1/√m" if math.isclose(e, 1 / math.sqrt(cfg.d_model)) else None
         out[f"eps_{e:.4g}"] = {"P": default, "eps": e, "label": label or f"ε = {e:g}"}
+    for name in [k for k in out if k.startswith(("chain_", "lam_"))]:
+        out[f"{name}_eps{cfg.slope_eps:g}"] = {
+            "P": out[name]["P"],
+            "eps": cfg.slope_eps,
+            "label": f"{out[name]['label']}, ε = {cfg.slope_eps:g}",
+        }
     return {k: {**v, "P": np.asarray(v["P"], float).tolist()} for k, v in out.items()}
 
 
@@ -472,6 +481,61 @@ def durations(cfg: Config, saved: dict) -> dict:
     return out
 
 
+def plateau_slopes(cfg: Config, saved: dict) -> dict:
+    """Per chain (the default and every other one): the plateau's growth per unit
+    ln(1/ε) between ε = ``cfg.eps[0]`` and ``cfg.slope_eps``, seed by seed
+    (summarised), against 1/c from the chain's unigram saddle (``saddle_rate``):
+    W_Q and W_K leave the saddle like ε e^{ct}, so the plateau lasts ln(1/ε)/c plus
+    a constant (docs/markov_saddle.md §1)."""
+    confs, keys = configurations(cfg), set(_keys(cfg, saved))
+    pairs = {"default": ("default", f"eps_{cfg.slope_eps:.4g}")}
+    for name in confs:
+        if name.startswith(("chain_", "lam_")) and "_eps" not in name:
+            pairs[name] = (name, f"{name}_eps{cfg.slope_eps:g}")
+    dx = math.log(cfg.slope_eps / cfg.eps[0])  # ln(1/ε₀) − ln(1/ε₁)
+    out = {}
+    for name, (lo, hi) in pairs.items():
+        if hi not in confs:
+            continue
+        both = [
+            (saved["runs"][f"{lo}/seed{s}"], saved["runs"][f"{hi}/seed{s}"])
+            for s in cfg.seeds
+            if f"{lo}/seed{s}" in keys and f"{hi}/seed{s}" in keys
+        ]
+        if not both:
+            continue
+        slopes = [(a["plateau"] - b["plateau"]) / dx for a, b in both]
+        c = saddle_rate(MarkovChain(np.asarray(confs[lo]["P"], float)))
+        out[name] = {
+            "label": confs[lo]["label"],
+            "slope": summarize(slopes),
+            "c": float(c),
+        }
+    return out
+
+
+def plateau_line(slopes: dict, cfg: Config) -> str:
+    """``plateau_slopes`` in one paragraph: per chain the measured slope, 1/c and
+    their ratio, and how many chains are within 5%."""
+    if not slopes:
+        return ""
+    parts, within = [], 0
+    for v in slopes.values():
+        ratio = v["slope"]["mean"] * v["c"]
+        within += abs(ratio - 1) <= 0.05
+        parts.append(
+            f"{v['label']}: {_fmt(v['slope'], '.2f')} against 1/c = "
+            f"{1 / v['c']:.2f} ({ratio:.3f})"
+        )
+    return (
+        f"Plateau growth per unit ln(1/ε), from ε = {cfg.slope_eps:g} to "
+        f"{cfg.eps[0]:g} (per seed, mean ± sd), against 1/c of each chain's unigram "
+        "saddle (`saddle_rate`; ratio slope · c): "
+        + "; ".join(parts)
+        + f". {within} of {len(slopes)} chains within 5%.\n"
+    )
+
+
 def rank_one_rate(P) -> dict:
     """The saddle the asymmetry lifting escapes: the critical point where the
     width-1 (rank-one) flow of chain ``P`` stalls after cycle 1, and its unstable
@@ -663,6 +727,8 @@ def doc_text(
         + provisional_line(cfg, saved)
         + "\n"
         + durations_line(durations(cfg, saved), rank_one_rate(_default_P()))
+        + "\n"
+        + plateau_line(plateau_slopes(cfg, saved), cfg)
         + f"\nThe other chains (P = {cfg.chain_lam:g}·Q + {1 - cfg.chain_lam:g}·1πᵀ, "
         "πP = π to 1e-12: tests/test_markov_robustness.py):\n\n"
         + mats

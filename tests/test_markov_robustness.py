@@ -50,7 +50,11 @@ def test_sinkhorn_coupling_has_both_marginals():
 def test_configurations_cover_the_brief():
     cfg = mr.Config()
     confs = mr.configurations(cfg)
-    assert len(confs) == 1 + 3 + 2 + 4
+    # default, 3 other chains, 2 other λ, 4 other ε, and each other chain and λ
+    # again at slope_eps (its plateau's slope in ln(1/ε))
+    assert len(confs) == 1 + 3 + 2 + 4 + (3 + 2)
+    assert confs["chain_ring_eps0.01"]["P"] == confs["chain_ring"]["P"]
+    assert confs["chain_ring_eps0.01"]["eps"] == cfg.slope_eps
     assert math.isclose(max(c["eps"] for c in confs.values()), 1 / math.sqrt(32))
     assert confs["default"]["eps"] == 1e-3
     np.testing.assert_allclose(
@@ -193,3 +197,32 @@ def test_durations_fit_the_slope_in_log_one_over_eps():
     assert "1/λ₁ = 40.0" in line and "slope · λ₁ = 1.000 (within 5%)" in line
     line = mr.durations_line(dur, {**rate, "lambda1": 1 / 50})
     assert "slope · λ₁ = 0.800 (off by more than 5%)" in line
+
+
+def test_plateau_slopes_set_each_chain_against_its_own_saddle_rate():
+    # every chain's plateau lasts ln(1/ε)/c + 5 + seed, with c its saddle_rate: the
+    # slope is 1/c in every seed, the ratio 1; one chain's plateau is 10% longer
+    cfg = mr.Config(seeds=(0, 1))
+    confs = mr.configurations(cfg)
+    rates = {
+        n: mr.saddle_rate(mr.MarkovChain(np.asarray(c["P"], float)))
+        for n, c in confs.items()
+    }
+    saved = {"runs": {}}
+    for name, conf in confs.items():
+        for s in cfg.seeds:
+            stretch = 1.1 if name.startswith("chain_ring") else 1.0
+            saved["runs"][f"{name}/seed{s}"] = {
+                "spec": mr._spec(conf, s, cfg),
+                "plateau": stretch * math.log(1 / conf["eps"]) / rates[name] + 5 + s,
+            }
+    slopes = mr.plateau_slopes(cfg, saved)
+    assert "default" in slopes and "chain_ring" in slopes
+    assert not any("_eps" in k for k in slopes)
+    for name, v in slopes.items():
+        want = (1.1 if name == "chain_ring" else 1.0) / rates[name]
+        assert v["slope"]["mean"] == pytest.approx(want, rel=1e-9)
+        assert v["slope"]["sd"] == pytest.approx(0.0, abs=1e-9)
+        assert v["c"] == pytest.approx(rates[name])
+    line = mr.plateau_line(slopes, cfg)
+    assert "(1.100)" in line and f"{len(slopes) - 1} of {len(slopes)} chains" in line
