@@ -296,8 +296,10 @@ def summarise(corpus: str, root: Path = OUT) -> dict:
 
 def flow_check(out: Path, flow: Path, name: str) -> dict:
     """Seed 0's flow proxy against seed 0's gradient flow, both read up to the
-    flow's end with the same rules: how many rows make the same moves, the largest
-    difference of their start times, the flow's own moves and its cost."""
+    flow's end with the same rules: which rows move in either run (a row that moves
+    in neither agrees trivially, so it is counted apart), how many of those make
+    the same moves, the largest difference of their start times, the flow's own
+    moves and its cost."""
     from gflow.runs import read_json
     from gflow.text import row_phases
 
@@ -316,6 +318,7 @@ def flow_check(out: Path, flow: Path, name: str) -> dict:
         t_end = float(f["t"][-1])
     a, b = moves(out, name, t_end), moves(flow, "flow", t_end)
     equal = [row for row in a if short(a[row]) == short(b[row])]
+    moving = [row for row in a if a[row] or b[row]]
     dts = [
         abs(x["t_start"] - y["t_start"])
         for row in equal
@@ -325,6 +328,7 @@ def flow_check(out: Path, flow: Path, name: str) -> dict:
     return {
         "t_end": t_end,
         "equal_rows": equal,
+        "moving_rows": moving,
         "rows": len(a),
         "max_dt": max(dts, default=0.0),
         "gd_moves": {row: short(m) for row, m in a.items()},
@@ -406,13 +410,22 @@ def findings(settings: Settings, results: dict, wall: float, load: str) -> str:
         if r["flow"]:
             h = r["flow"]
             differ = [row for row in h["gd_moves"] if row not in h["equal_rows"]]
+            moving = h["moving_rows"]
+            agree = [row for row in h["equal_rows"] if row in moving]
+            still = [row for row in h["gd_moves"] if row not in moving]
             lines.append(
                 f"Against the flow itself (seed 0, RKC2 at rtol {s.flow_rtol:g}, "
                 f"float64, to t = {h['t_end']:g}: {h['grad_evals']} gradients, "
                 f"{h['wall_s']:.0f} s; both read to that time): "
-                f"{len(h['equal_rows'])} of {h['rows']} rows make the same moves "
-                f"({', '.join(h['equal_rows']) or 'none'}), their start times within "
-                f"{h['max_dt']:.3g}"
+                f"rows that move in either run: {len(moving)}, of which "
+                f"{len(agree)} make the same moves"
+                + (
+                    f" ({', '.join(agree)}), their start times within {h['max_dt']:.3g}"
+                    if agree
+                    else ""
+                )
+                + f"; {len(still)} of the {h['rows']} rows move in neither"
+                + (f" ({', '.join(still)})" if still else "")
                 + "".join(
                     f"; {row}: GD `{h['gd_moves'][row]}`, flow "
                     f"`{short(h['flow_moves'][row])}`"
