@@ -764,6 +764,92 @@ def summary(results: dict) -> str:
     )
 
 
+#: the stages the figure counts per architecture, and how they are named there
+FIGURE_STAGES = ("focus", "dilution", "asymmetry_lifting")
+FIGURE = ROOT / "docs" / "figures" / "deep_models.png"
+
+
+def head_fractions(results: dict) -> dict:
+    """Per (data set, method): the architectures in run order and, per stage of
+    ``FIGURE_STAGES``, the fraction of all heads over the seeds (L·H·seeds) that
+    show it at least once (a head's own stage: the embedding's global asymmetry
+    lifting is not a head's), and the fraction of runs with a cycle ≥ 2."""
+    out = {}
+    for (data, n_layers, n_heads, method), runs in _group(results).items():
+        cell = out.setdefault((data, method), {"arch": [], "second": []})
+        total = n_layers * n_heads * len(runs)
+        cell["arch"].append(f"{n_layers}×{n_heads}")
+        for name in FIGURE_STAGES:  # heads only: the embedding's lifting is global
+            n = sum(
+                sum(layer >= 0 for layer, _ in _heads_with(r["stages"], name))
+                for r in runs
+            )
+            cell.setdefault(name, []).append(n / total)
+        second = sum(any(s["cycle"] > 1 for s in r["stages"]) for r in runs)
+        cell["second"].append(second / len(runs))
+    return out
+
+
+def figure(results: dict, path: Path) -> Path:
+    """One panel per (data set, method): for each architecture, the fraction of
+    heads (over the seeds) with a focus, a dilution and an asymmetry lifting, in
+    the stage colours, and the fraction of runs with a second cycle (black)."""
+    from gflow.plotting.figure import plt, save_figure
+    from gflow.plotting.style import RC, STAGE_COLOURS, settings_line
+
+    fractions = head_fractions(results)
+    datasets = list(dict.fromkeys(d for d, _ in fractions))
+    methods = list(dict.fromkeys(m for _, m in fractions))
+    cfg = results["config"]
+    with plt.rc_context(RC):
+        fig, axes = plt.subplots(
+            len(datasets),
+            len(methods),
+            figsize=(7.0, 2.3 * len(datasets) + 0.7),
+            sharey=True,
+            squeeze=False,
+        )
+        for i, data in enumerate(datasets):
+            for j, method in enumerate(methods):
+                ax = axes[i, j]
+                cell = fractions.get((data, method))
+                if cell is None:
+                    ax.set_visible(False)
+                    continue
+                x = np.arange(len(cell["arch"]))
+                for k, name in enumerate(FIGURE_STAGES):
+                    ax.plot(
+                        x + 0.08 * (k - 1),
+                        cell[name],
+                        "o-",
+                        ms=3.5,
+                        lw=1,
+                        color=STAGE_COLOURS[name],
+                    )
+                ax.plot(x, cell["second"], "k*", ms=6, ls="none")
+                ax.set_xticks(x, cell["arch"], rotation=90)
+                ax.set_ylim(-0.05, 1.05)
+                ax.set_xlim(-0.5, len(x) - 0.5)
+                ax.set_title(f"{data}, {method}", loc="left")
+                ax.set_xlabel("layers × heads")
+                if j == 0:
+                    ax.set_ylabel("fraction of heads")
+        handles = [
+            plt.Line2D([], [], marker="o", ms=3.5, color=STAGE_COLOURS[n])
+            for n in FIGURE_STAGES
+        ] + [plt.Line2D([], [], marker="*", color="k", ls="none")]
+        labels = [n.replace("_", " ") for n in FIGURE_STAGES] + ["cycle ≥ 2 (runs)"]
+        fig.legend(handles, labels, loc="lower center", ncol=4, frameon=False)
+        settings_line(
+            fig,
+            f"{len(cfg['seeds'])} seeds · {cfg['steps']} steps · width "
+            f"{cfg['d_model']} · gd/sgd η = {cfg['lr']} · adamw peak "
+            f"{cfg['adamw_lr']}",
+        )
+        save_figure(fig, path)
+    return path
+
+
 def _adamw_t1(cfg: dict) -> float:
     import optax
 
@@ -808,7 +894,12 @@ def main(argv=None) -> int:
         results = run(cfg)
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "results.json", results)
+    figure(results, out / "deep_models.png")
     text = summary(results)
+    if not args.quick:
+        FIGURE.parent.mkdir(parents=True, exist_ok=True)
+        FIGURE.write_bytes((out / "deep_models.png").read_bytes())
+        text += "\n![heads per stage, by architecture](figures/deep_models.png)\n"
     (out / "summary.md").write_text(text)
     if not args.quick:
         write_doc(text)

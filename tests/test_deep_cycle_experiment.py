@@ -69,3 +69,41 @@ def test_departure_first_and_for_good(deep_cycle):
     half = rec(np.ones(6), ent[:6])
     half["t"] = np.linspace(0.0, 5.0, 6)
     assert deep_cycle.departure(half, gd, **tol)["leaves"] is None
+
+
+def test_head_fractions_count_heads_not_the_global_lifting():
+    """Oracle: two seeds of a 1×2 run by hand; a global (layer −1) lifting is no
+    head's, so the lifting fraction stays within [0, 1]."""
+    from experiments import deep_cycle as dc
+
+    def st(stage, layer, head, cycle=1):
+        return {"stage": stage, "layer": layer, "head": head, "cycle": cycle}
+
+    runs = [
+        {
+            "data": "markov",
+            "layers": 1,
+            "heads": 2,
+            "method": "gd",
+            "stages": [
+                st("focus", 0, 0),
+                st("focus", 0, 1),
+                st("dilution", 0, 1),
+                st("asymmetry_lifting", -1, -1),
+                st("asymmetry_lifting", 0, 0),
+            ],
+        },
+        {
+            "data": "markov",
+            "layers": 1,
+            "heads": 2,
+            "method": "gd",
+            "stages": [st("focus", 0, 0), st("focus", 0, 0, cycle=2)],
+        },
+    ]
+    cell = dc.head_fractions({"runs": runs})[("markov", "gd")]
+    assert cell["arch"] == ["1×2"]
+    assert cell["focus"] == [3 / 4]  # heads (0,0), (0,1) of seed 0 and (0,0) of 1
+    assert cell["dilution"] == [1 / 4]
+    assert cell["asymmetry_lifting"] == [1 / 4]  # the global one is left out
+    assert cell["second"] == [1 / 2]
