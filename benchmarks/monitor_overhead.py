@@ -204,8 +204,14 @@ def table(record: dict) -> str:
 def _figure(record: dict) -> None:
     """Overhead (%) against every on a log x axis with a tick at each every and a
     linear y axis (overheads near 0 may be negative: noise), the 5% budget drawn."""
-    from gflow.plotting import plt, save_figure
-    from gflow.plotting.style import DOC_WIDTH, RC, outside_legend, settings_line
+    from gflow.plotting import (
+        DOC_WIDTH,
+        RC,
+        outside_legend,
+        plt,
+        save_figure,
+        settings_line,
+    )
 
     every = [r["every"] for r in record["rows"]]
     with plt.rc_context(RC):

@@ -57,10 +57,10 @@ from gflow import (  # noqa: E402
     RMSProp,
     RMSPropCentralFlowReference,
 )
-from gflow.plotting.figure import save_figure  # noqa: E402
-from gflow.plotting.style import (  # noqa: E402
+from gflow.plotting import (  # noqa: E402
     DOC_WIDTH,
     STEP_CLOCK,
+    save_figure,  # noqa: E402
     settings_line,
     styled,
 )

@@ -794,8 +794,7 @@ def figure(results: dict, path: Path) -> Path:
     """One panel per (data set, method): for each architecture, the fraction of
     heads (over the seeds) with a focus, a dilution and an asymmetry lifting, in
     the stage colours, and the fraction of runs with a second cycle (black)."""
-    from gflow.plotting.figure import plt, save_figure
-    from gflow.plotting.style import RC, STAGE_COLOURS, settings_line
+    from gflow.plotting import RC, STAGE_COLOURS, plt, save_figure, settings_line
 
     fractions = head_fractions(results)
     datasets = list(dict.fromkeys(d for d, _ in fractions))

@@ -97,23 +97,23 @@ def test_non_positive_step_sizes_are_refused(lr):
 def test_a_flow_that_cannot_fit_in_memory_is_refused_up_front(monkeypatch):
     """Issue 33 point 2: ``--d-model 100000000`` hung before any progress; the
     estimate (oracle: the parameter count by hand) refuses it naming the option."""
-    from gflow.runs import flow_run
-    from gflow.runs.config import ConfigError
+    from gflow.runs import ConfigError
 
     cfg = FlowConfig()  # d = 4, m = 32: W_E, W_P 4·32 each, W_Q, W_K 32·32 each
     assert cfg.parameter_count() == 2 * 4 * 32 + 2 * 32 * 32
     assert FlowConfig(factorised=False).parameter_count() == 2 * 4 * 32 + 32 * 32
-    want = 8 * cfg.parameter_count() * (flow_run.WORKING_COPIES + cfg.num_saves)
+    want = 8 * cfg.parameter_count() * (FlowConfig.working_copies + cfg.num_saves)
     assert cfg.memory_bytes() == want
     lean = FlowConfig(save_params=False, x64=False)
-    assert lean.memory_bytes() == 4 * cfg.parameter_count() * flow_run.WORKING_COPIES
+    assert lean.memory_bytes() == 4 * cfg.parameter_count() * FlowConfig.working_copies
     with pytest.raises(ConfigError, match=r"d_model: .* GiB .*--d-model"):
         FlowConfig(d_model=100_000_000)
     with pytest.raises(ConfigError, match=r"num_saves: .* GiB"):
         FlowConfig(num_saves=100_000_000)
     # the machine's size decides: a 1 MiB machine refuses the default flow too
-    monkeypatch.setattr(flow_run, "_physical_memory", lambda: 2**20)
+    memory = "gflow.runs.flow_run._physical_memory"
+    monkeypatch.setattr(memory, lambda: 2**20)
     with pytest.raises(ConfigError, match="num_saves"):
         FlowConfig()
-    monkeypatch.setattr(flow_run, "_physical_memory", lambda: None)  # unknown: run
+    monkeypatch.setattr(memory, lambda: None)  # unknown: it runs
     FlowConfig(d_model=100_000_000)

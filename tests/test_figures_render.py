@@ -276,6 +276,30 @@ def test_a_clean_figure_passes_the_checker(tmp_path):
     assert layout_problems(fig) == []
 
 
+def test_a_figure_of_ones_own_in_the_package_style(tmp_path, monkeypatch):
+    """The public style helpers make a figure the checker accepts: ``styled`` sets
+    ``RC``'s fonts while it draws, ``outside_legend`` keeps the legend off the
+    data, ``settings_line`` writes the footer."""
+    made = _figures(monkeypatch)
+
+    @plotting.styled
+    def draw(path):
+        fig, ax = plt.subplots(figsize=(plotting.DOC_WIDTH, 2.5))
+        t = np.linspace(0.0, 1.0, 30)
+        ax.plot(t, np.exp(-t), label="loss")
+        ax.set_xlabel(plotting.STEP_CLOCK)
+        ax.set_ylabel("loss")
+        assert ax.xaxis.label.get_fontsize() == plotting.RC["axes.labelsize"]
+        plotting.outside_legend(ax)
+        plotting.settings_line(fig, "adam · η = 0.01")
+        plotting.save_figure(fig, path)
+
+    draw(tmp_path / "own.png")
+    fig = _rendered(made, tmp_path / "own.png")
+    assert _settings_line(fig) == "adam · η = 0.01"
+    assert fig.get_figwidth() == plotting.DOC_WIDTH
+
+
 # ------------------------------------------------------------------ small runs
 
 #: t from 0 over four decades: the time axis turns symlog
@@ -554,7 +578,7 @@ def _stage(onset, t, layer=0, head=0):
 
 def test_focus_key_class_is_the_class_whose_mass_rose_most():
     """Oracle: three rows of hand-set masses (top, self, rest = 1 - both)."""
-    from gflow.plotting.monitor import focus_key_class
+    from gflow.plotting import focus_key_class
 
     t = np.array([0.0, 1.0, 2.0])
     top = np.array([0.2, 0.6, 0.1]).reshape(3, 1, 1, 1)  # [t, l, h, q]
@@ -629,7 +653,7 @@ def test_text_figures(tmp_path, monkeypatch):
 
 def test_row_masses_split_the_row_and_name_the_largest_other_key():
     """Oracle: a hand-made row over 3 saves, 5 key types (top 0, query 2)."""
-    from gflow.plotting.text import row_masses
+    from gflow.plotting import row_masses
 
     R = np.array(
         [

@@ -16,7 +16,7 @@ import jax
 import pytest
 
 import gflow
-from gflow.dynamics.interrupt import SignalWatch
+from gflow.dynamics import SignalWatch
 from gflow.problems import AttentionModel, MarkovChain, PopulationLoss
 
 

@@ -2,8 +2,9 @@
 solvers, reference flows and learning-rate sweeps.
 
 Public names, by concept: the saved ``Trajectory``; the flow (``solve_flow``);
-optimizers and their runs (full-batch, minibatch, swept over step sizes). The
-solvers and the reference flows are the sub-packages ``gflow.dynamics.solvers`` and
+the interrupt watch a flow asks (``SignalWatch``); optimizers and their runs
+(full-batch, minibatch, swept over step sizes). The solvers and the reference
+flows are the sub-packages ``gflow.dynamics.solvers`` and
 ``gflow.dynamics.references``.
 """
 
@@ -27,6 +28,7 @@ from gflow.dynamics.metrics import gradient_norm as gradient_norm
 from gflow.dynamics.flow import GradientField as GradientField
 from gflow.dynamics.flow import grad_evals_per_step as grad_evals_per_step
 from gflow.dynamics.flow import solve_flow as solve_flow
+from gflow.dynamics.interrupt import SignalWatch as SignalWatch
 
 # Optimizers and their runs
 from gflow.dynamics.optimizers import OPTIMIZERS as OPTIMIZERS
@@ -60,6 +62,7 @@ __all__ = [
     "RMSProp",
     "SGD",
     "STATUSES",
+    "SignalWatch",
     "Status",
     "StepClock",
     "SweepRun",

@@ -6,6 +6,7 @@ import dataclasses
 import math
 import os
 from pathlib import Path
+from typing import ClassVar
 
 import jax
 import numpy as np
@@ -108,6 +109,9 @@ class FlowConfig(AbstractConfig):
                 f"snapshots), more than this machine's {have / 2**30:.3g} GiB; lower "
                 "--d-model or --num-saves, or pass --no-params",
             )
+
+    #: copies of the parameters a solve holds at once, at the least
+    working_copies: ClassVar[int] = WORKING_COPIES
 
     def parameter_count(self) -> int:
         """Floats of the model: W_E [d, m], W_Q and W_K [m, m] (or one W_A), W_P
