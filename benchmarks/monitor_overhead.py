@@ -216,20 +216,13 @@ def _figure(record: dict) -> None:
     every = [r["every"] for r in record["rows"]]
     with plt.rc_context(RC):
         fig, ax = plt.subplots(figsize=(DOC_WIDTH, 3.2))
-        ax.plot(
-            every,
-            [100 * r["overhead"] for r in record["rows"]],
-            "o-",
-            color="k",
-            label="measured",
+        lines = (
+            ("overhead", "o-", "k", "measured"),
+            ("predicted", "--", "tab:orange", "predicted:\nobservation / step / every"),
         )
-        ax.plot(
-            every,
-            [100 * r["predicted"] for r in record["rows"]],
-            "--",
-            color="tab:orange",
-            label="predicted:\nobservation / step / every",
-        )
+        for key, style, colour, label in lines:
+            values = [100 * r[key] for r in record["rows"]]
+            ax.plot(every, values, style, color=colour, label=label)
         ax.axhline(5, color="0.5", lw=0.8, ls=":", label="5% budget")
         ax.axhline(0, color="0.8", lw=0.6)
         ax.set_xscale("log")
