@@ -27,13 +27,21 @@ def _flow_problem():
 
 
 def test_the_watch_notes_a_signal_and_restores_the_wakeup_fd():
-    with SignalWatch() as watch:
-        assert not watch.pending()
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(5)  # the handler raises here, long before 5 s
-        assert watch.pending() and watch()  # and stays true
-    assert signal.set_wakeup_fd(-1) == -1  # the old (unset) fd is back
+    # whatever an earlier test or library left: Python's own SIGINT handler, and
+    # the wakeup fd that was set before (an event loop may have set one)
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    try:
+        with SignalWatch() as watch:
+            assert not watch.pending()
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)  # the handler raises here, long before 5 s
+            assert watch.pending() and watch()  # and stays true
+        assert signal.set_wakeup_fd(before) == before  # the old fd is back
+    finally:
+        signal.signal(signal.SIGINT, old_handler)
     assert not SignalWatch().pending()  # a watch never entered sees nothing
 
 
