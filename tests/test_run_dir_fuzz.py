@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gflow.cli.main import main
+from gflow.cli import main
 
 #: the commands that take --resume RUN_DIR
 RESUMING = ("flow", "sweep", "train", "text")
