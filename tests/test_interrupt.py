@@ -63,28 +63,30 @@ def test_the_watch_refuses_another_thread():
 def test_a_solve_ends_where_its_interrupt_turns_true():
     """Oracle: the interrupt is asked every 32 attempted steps; true from its 4th
     call on, the solve of a horizon that needs thousands of steps ends after the
-    4th call (one more call per rejected step at most), raising."""
+    4th call (one more call per rejected step at most), raising. One interrupt
+    object for both solves, so the solve compiles once."""
     loss, model = _flow_problem()
-    calls = []
 
-    def interrupt():
-        calls.append(1)
-        return len(calls) >= 4
+    class Counting:
+        def __init__(self):
+            self.calls, self.limit = 0, 4
 
+        def __call__(self):
+            self.calls += 1
+            return self.calls >= self.limit
+
+    interrupt = Counting()
+    kw = dict(solver=diffrax.Tsit5(), interrupt=interrupt)
     with pytest.raises(KeyboardInterrupt, match="inside the solve"):
-        gflow.solve_flow(
-            loss, model, t1=3000.0, solver=diffrax.Tsit5(), interrupt=interrupt
-        )
-    assert 4 <= len(calls) <= 8
-    # never true: the same solve runs to its end and asks all along
-    calls.clear()
-    traj = gflow.solve_flow(
-        loss, model, t1=30.0, solver=diffrax.Tsit5(), interrupt=lambda: False
-    )
-    assert traj.status == "success"
+        gflow.solve_flow(loss, model, t1=3000.0, **kw)
+    assert 4 <= interrupt.calls <= 8
+    # never true: a short solve runs to its end and asks all along
+    interrupt.calls, interrupt.limit = 0, 10**9
+    traj = gflow.solve_flow(loss, model, t1=30.0, **kw)
+    assert traj.status == "success" and interrupt.calls >= 2
     with pytest.raises(ValueError, match="check_every"):
         gflow.dynamics.solvers.Watched(
-            diffrax.Tsit5(), 0.0, 1.0, interrupt=lambda: False, check_every=0
+            diffrax.Tsit5(), 0.0, 1.0, interrupt=interrupt, check_every=0
         )
 
 
