@@ -59,15 +59,15 @@ def row_masses(R, q: int, top: int, *, others: int = 2) -> dict[str, np.ndarray]
     other key; the masses sum to the row's total). Keys are the type ids; the
     names are ``"top"``, ``"self"``, the ids of the others, and ``"rest"``."""
     R = np.asarray(R, float)
-    named = {"top": [top]}
+    named = {"top": top}
     if q != top:
-        named["self"] = [q]
+        named["self"] = q
     peak = R.max(axis=0)
     peak[[top, q]] = -np.inf
     for k in np.argsort(-peak, kind="stable")[: max(0, min(others, R.shape[1] - 2))]:
         if np.isfinite(peak[k]):
-            named[int(k)] = [int(k)]
-    out = {name: R[:, ids].sum(axis=1) for name, ids in named.items()}
+            named[int(k)] = int(k)
+    out = {name: R[:, k] for name, k in named.items()}
     out["rest"] = R.sum(axis=1) - sum(out.values())
     return out
 

@@ -102,7 +102,9 @@ class FlowConfig(AbstractConfig):
         need, have = self.memory_bytes(), _physical_memory()
         if have is not None and need > have:
             bad(
-                "d_model" if self.d_model > 1024 else "num_saves",
+                # the field to lower: the width, when even the working copies
+                # alone do not fit; else the snapshots
+                "d_model" if self.memory_bytes(snapshots=False) > have else "num_saves",
                 f"a flow of {self.parameter_count():,} parameters with "
                 f"{self.num_saves} saved snapshots needs about {need / 2**30:.3g} GiB "
                 f"({WORKING_COPIES} working copies of the parameters, plus the "
@@ -119,11 +121,12 @@ class FlowConfig(AbstractConfig):
         d, m = len(self.pi), self.d_model
         return 2 * d * m + (2 if self.factorised else 1) * m * m
 
-    def memory_bytes(self) -> int:
+    def memory_bytes(self, *, snapshots: bool = True) -> int:
         """A lower bound on what the solve holds: ``WORKING_COPIES`` copies of the
         parameters (the solver's stages and state, the gradient, Lanczos vectors),
-        and one per saved time when the snapshots are kept."""
-        copies = WORKING_COPIES + (self.num_saves if self.save_params else 0)
+        and one per saved time when the snapshots are kept (and ``snapshots``)."""
+        kept = self.num_saves if self.save_params and snapshots else 0
+        copies = WORKING_COPIES + kept
         return (8 if self.x64 else 4) * self.parameter_count() * copies
 
     def chain(self) -> MarkovChain:
