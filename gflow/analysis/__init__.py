@@ -63,7 +63,11 @@ from gflow.analysis.asymmetry import symmetric_chain as symmetric_chain
 from gflow.analysis.asymmetry import tangent_basis as tangent_basis
 
 # Sharpness and comparisons
+from gflow.analysis.sharpness import adam_scale as adam_scale
 from gflow.analysis.sharpness import predicted_departure as predicted_departure
+from gflow.analysis.sharpness import (
+    preconditioned_sharpness as preconditioned_sharpness,
+)
 from gflow.analysis.sharpness import sharpness_along as sharpness_along
 from gflow.analysis.edge import AdamEdge as AdamEdge
 from gflow.analysis.edge import EdgeReading as EdgeReading
