@@ -1,6 +1,7 @@
 """The command line against damaged and foreign run directories (issue 33 point 8):
-every command that resumes refuses each kind of bad directory in one line with
-exit 2, writes nothing there, and leaves every file byte-identical."""
+every command that resumes refuses each kind of bad directory (a config.json of the
+right command without settings among them) in one line with exit 2, writes nothing
+there, and leaves every file byte-identical."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ DAMAGED = {
     "empty config file": {"config.json": ""},
     "binary config": {"config.json": "\x00\xff\xfe garbage"},
     "config a folder": {"config.json/": None},
+    "no settings": {"config.json": '{"command": "<command>", "config": {}}'},
 }
 
 
-def _make(path, files):
+def _make(path, files, command):
     if files is None:
         return
     path.mkdir()
@@ -33,6 +35,7 @@ def _make(path, files):
         if name.endswith("/"):
             (path / name.rstrip("/")).mkdir()
         else:
+            text = text.replace("<command>", command)
             (path / name).write_bytes(text.encode("utf-8", "surrogateescape"))
 
 
@@ -57,12 +60,14 @@ def test_a_damaged_run_directory_is_refused_in_one_line(
     tmp_path, capsys, command, kind
 ):
     run = tmp_path / "run"
-    _make(run, DAMAGED[kind])
+    _make(run, DAMAGED[kind], command)
     before = _snapshot(run)
     code, err = _refused([command, "--resume", str(run)], capsys)
     assert code == 2, err
     assert len(err) == 1 and err[0].startswith(f"gflow {command}: error: --resume")
     assert "Traceback" not in err[0]
+    if kind == "no settings":  # not the default run of the command
+        assert f"{run / 'config.json'} has no settings" in err[0]
     assert _snapshot(run) == before  # nothing written, nothing changed
 
 

@@ -111,13 +111,20 @@ class RunDirectory:
 
     def read_config(self, cls: type[AbstractConfig], command: str, option: str):
         """The configuration saved by ``command``, read as ``cls``; ConfigError when
-        the directory holds another command's run or a damaged configuration."""
+        the directory holds another command's run, a damaged configuration or none
+        (an empty ``"config"``: read as the defaults, it would run another run)."""
         doc = self.document(option)
         theirs = self.command(doc)
         if theirs is not None and theirs != command:
             raise ConfigError(
                 f"{option}: {self.path} holds a 'gflow {theirs}' run, not a 'gflow "
                 f"{command}' run"
+            )
+        if doc.get("config") == {}:  # every gflow writes all its settings there
+            raise ConfigError(
+                f'{option}: {self.config_path} has no settings (its "config" is '
+                "empty), so the run cannot be rebuilt as it was; give the directory "
+                "of an earlier gflow run"
             )
         settings = cls.document_settings(doc)
         return cls.from_json(
