@@ -69,15 +69,25 @@ def _from_columns(columns: dict, model) -> SweepRun:
 
 
 def load_members(checkpoint_dir, model) -> SweepRun:
-    """All chunks saved in ``checkpoint_dir``, in order, as one SweepRun.
+    """All chunks saved in ``checkpoint_dir``, in the order of their indices, as one
+    SweepRun.
 
-    ``model`` is the sweep's initial model (the template of the snapshots).
+    ``model`` is the sweep's initial model (the template of the snapshots). Each
+    chunk is read by the index in its name (``members-<i>.npz``), so a chunk not
+    saved (a sweep interrupted over several processes) leaves a gap instead of a
+    crash, and a file whose name holds no index is not a chunk; a chunk is verified
+    as ``PieceStore.load`` does (a damaged or misplaced one is a ConfigError).
     """
     store = PieceStore(checkpoint_dir, _PREFIX, None)
-    paths = store.paths()
-    if not paths:
+    indices = [
+        int(tail)
+        for path in store.paths()
+        if (tail := path.stem.rsplit("-", 1)[1]).isdigit()
+        and store.path(int(tail)) == path
+    ]
+    if not indices:
         raise FileNotFoundError(f"no saved sweep members in {checkpoint_dir}")
-    runs = [_from_columns(store.load(i), model) for i in range(len(paths))]
+    runs = [_from_columns(store.load(i), model) for i in indices]
     return concatenate(runs, {"chunks": len(runs)})
 
 
