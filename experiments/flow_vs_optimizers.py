@@ -7,9 +7,14 @@ on the shared clock t = Σ η?
 
 Command:
     PYTHONPATH=$PWD python experiments/flow_vs_optimizers.py [--out DIR] [--only adam]
+        [--write-docs]
 
-Runtime: about 5-10 min on 2 busy CPU cores (mostly compilation). Writes
-experiments/results/flow_vs_optimizers/{results.json, stages.md, <optimizer>.png}.
+Runtime: about 5-10 min per seed on 2 busy CPU cores (mostly compilation); 5 seeds
+of the initial weights (``Config.seeds``), each saved to results.json as it finishes
+and skipped by a rerun. Writes
+experiments/results/flow_vs_optimizers/{results.json, stages.md, <optimizer>.png}
+(the figures: the first seed), and with --write-docs the table over seeds into
+docs/flow_vs_optimizers.md.
 
 Stage times use a simple documented rule (``simple_stages``), not a library
 detector: condensation = first t with loss ≤ H(π) + 0.02; focus = first t with
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import jax
@@ -37,6 +43,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
+from experiments import _docs  # noqa: E402
 from gflow import MarkovObservables, PopulationLoss, solve_flow  # noqa: E402
 from gflow.dynamics import run_sweep  # noqa: E402
 from gflow.dynamics.references import evaluate_along  # noqa: E402
@@ -44,6 +51,8 @@ from gflow.runs import FlowConfig  # noqa: E402
 
 STAGES = ("condensation", "focus", "dilution", "asymmetry")
 COLLAPSE_ENTROPY = 0.05
+DOC = Path(__file__).resolve().parents[1] / "docs" / "flow_vs_optimizers.md"
+START, END = "<!-- optimizer_stages:start -->", "<!-- optimizer_stages:end -->"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +64,7 @@ class Config:
     adam_lrs: tuple[float, ...] = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
     adam_t1: float = 30.0
     beta: float = 0.9
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)  # of the initial weights
 
 
 def simple_stages(traj, unigram_loss: float) -> dict[str, float | None]:
@@ -102,9 +112,10 @@ def keeps_stages(stages: dict) -> bool:
     return all(stages[s] is not None for s in STAGES) and stages["collapse"] is None
 
 
-def run(cfg: Config, *, key=None, only=("sgd", "momentum", "adam")) -> dict:
-    """Stage times of the flow and of every optimizer member (pure; no files)."""
-    flow_cfg = FlowConfig()
+def run(cfg: Config, *, seed: int = 0, only=("sgd", "momentum", "adam")) -> dict:
+    """Stage times of the flow and of every optimizer member from the initial
+    weights of ``seed`` (pure; no files)."""
+    flow_cfg = FlowConfig(seed=seed)
     chain = flow_cfg.chain()
     loss, model, obs = PopulationLoss(chain), flow_cfg.model(), MarkovObservables(chain)
     h = chain.unigram_loss
@@ -179,7 +190,7 @@ def plot(out_dir: Path) -> None:
     """Loss and attention entropy of every member against the flow (from files)."""
     from gflow.plotting import plt, save_figure
 
-    results = json.loads((out_dir / "results.json").read_text())
+    results = json.loads((out_dir / "first_seed.json").read_text())
     flow = results["flow"]
     for name, res in results["optimizers"].items():
         fig, axes = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
@@ -208,22 +219,92 @@ def plot(out_dir: Path) -> None:
         save_figure(fig, out_dir / f"{name}.png")
 
 
+def seeds_table(by_seed: dict[str, dict]) -> str:
+    """Per run (the flow, each optimizer and η): over the seeds, each stage's time
+    as median [min, max] with the seeds that show it, the collapses, the median
+    minimum entropy, and the seeds that keep all four stages without a collapse."""
+    seeds = list(by_seed)
+    runs: dict[tuple, list[dict]] = {}
+    for res in by_seed.values():
+        runs.setdefault(("flow", 0.0, None), []).append(
+            {"status": "success", "stages": res["flow"]["stages"]}
+        )
+        for name, opt in res["optimizers"].items():
+            for r in opt["members"]:
+                runs.setdefault((name, r["lr"], opt["t1"]), []).append(r)
+
+    def spread(values):
+        xs = [x for x in values if x is not None]
+        if not xs:
+            return "—"
+        text = f"{np.median(xs):.3g} [{min(xs):.3g}, {max(xs):.3g}]"
+        return text if len(xs) == len(values) else f"{text} ({len(xs)}/{len(values)})"
+
+    header = ["run", "η", "not diverged"] + list(STAGES)
+    header += [
+        "collapse (entropy < 0.05)",
+        "min entropy (median)",
+        "all four, no collapse",
+    ]
+    rows = []
+    for (name, lr, t1), rs in runs.items():
+        st = [r["stages"] for r in rs]
+        rows.append(
+            [name if t1 is None else f"{name} (t1={t1:g})", f"{lr:g}"]
+            + [f"{sum(r['status'] != 'diverged' for r in rs)}/{len(rs)}"]
+            + [spread([x[s] for x in st]) for s in STAGES]
+            + [spread([x["collapse"] for x in st])]
+            + [f"{np.median([x['min_entropy'] for x in st]):.3g}"]
+            + [f"{sum(keeps_stages(x) for x in st)}/{len(st)}"]
+        )
+    intro = (
+        f"Seeds {', '.join(seeds)} of the initial weights (the same seed for the flow "
+        "and every optimizer of that row); a stage time is the median [min, max] over "
+        "the seeds, with the number of seeds that show it when not all do; a run "
+        "diverges when a saved loss exceeds 10 × L(θ₀) or a parameter blows up."
+    )
+    return intro + "\n\n" + _docs.table(header, rows) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--out", type=Path, default=Path("experiments/results/flow_vs_optimizers")
     )
     parser.add_argument("--only", default="sgd,momentum,adam", help="optimizers")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     cfg = Config()
-    results = run(cfg, only=tuple(args.only.split(",")))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(
-        json.dumps({"config": dataclasses.asdict(cfg), **results})
+    only = tuple(args.only.split(","))
+    path = args.out / "results.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    key = {"config": dataclasses.asdict(cfg), "only": list(only)}
+    if {k: saved.get(k) for k in key} != json.loads(json.dumps(key)):
+        saved = key | {"seeds": {}, "uptime_at_start": _docs.uptime(), "seconds": 0}
+    for seed in cfg.seeds:
+        if str(seed) in saved["seeds"]:
+            continue
+        start = time.perf_counter()
+        saved["seeds"][str(seed)] = run(cfg, seed=seed, only=only)
+        saved["seconds"] += time.perf_counter() - start
+        print(f"seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".tmp").write_text(json.dumps(saved))
+        path.with_suffix(".tmp").replace(path)
+    first = saved["seeds"][str(cfg.seeds[0])]
+    (args.out / "stages.md").write_text(table(first))
+    # the figures read the first seed
+    (args.out / "first_seed.json").write_text(json.dumps(first))
+    text = seeds_table(saved["seeds"])
+    text += (
+        f"\nGenerated by `PYTHONPATH=$PWD python experiments/flow_vs_optimizers.py "
+        f"--write-docs` ({saved['seconds'] / 60:.1f} min of runs; `uptime` at the "
+        f"start: `{saved['uptime_at_start']}`).\n"
     )
-    (args.out / "stages.md").write_text(table(results))
     plot(args.out)
-    print(table(results))
+    if args.write_docs:
+        _docs.replace_block(DOC, START, END, text)
+    print(text)
 
 
 if __name__ == "__main__":
