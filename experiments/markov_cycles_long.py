@@ -60,15 +60,21 @@ class Config:
     num_saves: int = 2001
     solver: str = "stiff"
     fine_threshold: float = 0.02  # nats: the smaller entropy extrema reported too
+    #: seeds of the initial weights: the first is the run described in detail, the
+    #: others are flown again for the table over seeds
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
 
-    def flow(self) -> FlowConfig:
-        return FlowConfig(t1=self.t1, num_saves=self.num_saves, solver=self.solver)
+    def flow(self, seed: int | None = None) -> FlowConfig:
+        seed = self.seeds[0] if seed is None else seed
+        return FlowConfig(
+            t1=self.t1, num_saves=self.num_saves, solver=self.solver, seed=seed
+        )
 
 
-def run(cfg: Config, out: Path = OUT) -> dict:
+def run(cfg: Config, out: Path = OUT, seed: int | None = None) -> dict:
     """Integrate the flow and save it with its stages; returns wall time and load."""
     load, start = os.getloadavg(), time.perf_counter()
-    fc = cfg.flow()
+    fc = cfg.flow(seed)
     traj = run_flow(fc, progress=False)
     save_trajectory(out, traj, name="flow")
     stages = detect_stages(traj, pi=fc.chain().pi)
@@ -79,6 +85,7 @@ def run(cfg: Config, out: Path = OUT) -> dict:
         "status": traj.status,
         "steps": int(traj.stats["num_steps"]),
         "rejected": int(traj.stats["num_rejected_steps"]),
+        "seed": fc.seed,
     }
     write_json(out / "run.json", info)
     return info
@@ -176,7 +183,8 @@ def measure(traj, stages, pi, cfg: Config) -> dict:
 def table(res: dict, info: dict) -> str:
     """The markdown block of docs/markov_cycle.md."""
     lines = [
-        f"`{CMD}` (StiffSwitch, t1 = 10 000, 2001 saved times; {info['steps']} steps, "
+        f"`{CMD}` (StiffSwitch, t1 = 10 000, 2001 saved times, seed "
+        f"{info.get('seed', 0)} of the initial weights; {info['steps']} steps, "
         f"{info['rejected']} rejected; "
         + (
             f"{info['wall_s']:.0f} s with compilation"
@@ -252,6 +260,102 @@ def table(res: dict, info: dict) -> str:
     return "\n".join(lines)
 
 
+def seed_summary(traj, stages) -> dict:
+    """What the table over seeds compares: each stage's cycle and start, and the
+    significant extrema of the π-weighted attention entropy."""
+    t, ent = np.asarray(traj.t), traj.metrics["attention_entropy"]
+    return {
+        "cycles": max(s.cycle for s in stages),
+        "stages": [
+            {
+                "stage": s.name,
+                "cycle": s.cycle,
+                "t_start": s.t_start,
+                "provisional": bool(s.provisional),
+            }
+            for s in stages
+        ],
+        "extrema": [
+            {"t": float(tt), "value": float(v), "kind": kind}
+            for tt, v, kind in paper.entropy_extrema(t, ent)
+        ],
+    }
+
+
+def run_seeds(cfg: Config, out: Path = OUT, *, rerun: bool = False) -> dict:
+    """Every seed after the first, each in out/seed<k> (a seed already flown there is
+    read back, not flown again, unless ``rerun``); seed -> its ``seed_summary``."""
+    pi = np.asarray(cfg.flow().chain().pi)
+    found = {}
+    for seed in cfg.seeds[1:]:
+        folder = out / f"seed{seed}"
+        if rerun or not (folder / "run.json").exists():
+            print(f"seed {seed}: flowing to t = {cfg.t1:g}", flush=True)
+            run(cfg, folder, seed=seed)
+        traj = load_trajectory(folder, name="flow")
+        found[seed] = seed_summary(traj, detect_stages(traj, pi=pi))
+    return found
+
+
+def seeds_table(first: int, summaries: dict[int, dict]) -> str:
+    """The block over seeds: per seed its cycles, each stage's start and the entropy
+    extrema; then each (stage, cycle) with the seeds that show it and the spread of
+    its start."""
+    lines = [
+        f"Over {len(summaries)} seeds of the initial weights "
+        f"({', '.join(map(str, summaries))}; seed {first} is the run above), the "
+        "same flow, solver and horizon:",
+        "",
+        "| seed | cycles | stage starts (cycle: stage t) "
+        "| entropy extrema (t: value) |",
+        "|---|---|---|---|",
+    ]
+    short = {
+        "condensation": "C",
+        "focus": "F",
+        "dilution": "D",
+        "asymmetry_lifting": "A",
+    }
+    for seed, res in summaries.items():
+        starts = " ".join(
+            f"{s['cycle']}{short[s['stage']]} {s['t_start']:g}"
+            + ("?" if s["provisional"] else "")
+            for s in res["stages"]
+        )
+        ext = ", ".join(
+            f"{'↓' if e['kind'] == 'min' else '↑'} {e['t']:g}: {e['value']:.3f}"
+            for e in res["extrema"]
+        )
+        lines.append(f"| {seed} | {res['cycles']} | {starts} | {ext} |")
+    keys = sorted(
+        {(s["cycle"], s["stage"]) for r in summaries.values() for s in r["stages"]},
+        key=lambda k: (k[0], list(short).index(k[1])),
+    )
+    lines += [
+        "",
+        "| cycle | stage | seeds with it | start, mean ± sd | start range |",
+        "|---|---|---|---|---|",
+    ]
+    for cycle, name in keys:
+        ts = [
+            s["t_start"]
+            for r in summaries.values()
+            for s in r["stages"]
+            if (s["cycle"], s["stage"]) == (cycle, name)
+        ]
+        lines.append(
+            f"| {cycle} | {name} | {len(ts)}/{len(summaries)} | "
+            f"{np.mean(ts):.0f} ± {np.std(ts):.0f} | {min(ts):g} - {max(ts):g} |"
+        )
+    cycles = [r["cycles"] for r in summaries.values()]
+    lines += [
+        "",
+        f"Cycles found by t = 10 000: {', '.join(map(str, cycles))} (seeds in that "
+        "order); a start marked ? is provisional (the stage was still open at t1).",
+    ]
+    return "\n".join(lines)
+
+
 FIGURES = ("entropy", "attention", "singular_values", "pca", "row_norms")
 
 
@@ -285,6 +389,9 @@ def main(argv=None) -> int:
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument("--replot", action="store_true", help="use the saved run")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--first-seed-only", action="store_true", help="skip the table over seeds"
+    )
     args = ap.parse_args(argv)
     cfg = Config()
     if args.replot:
@@ -297,6 +404,11 @@ def main(argv=None) -> int:
     res = measure(traj, stages, pi, cfg)
     write_json(args.out / "summary.json", {"run": info, **res})
     text = table(res, info)
+    if not args.first_seed_only:
+        summaries = {cfg.seeds[0]: seed_summary(traj, stages)}
+        summaries |= run_seeds(cfg, args.out)
+        write_json(args.out / "seeds.json", {str(k): v for k, v in summaries.items()})
+        text += "\n\n" + seeds_table(cfg.seeds[0], summaries)
     (args.out / "table.md").write_text(text + "\n")
     print(text)
     if args.write_docs:
