@@ -231,7 +231,7 @@ def test_text_process_options_refuse_bad_values_in_one_line(
 )
 def test_resume_refuses_a_damaged_sweep_in_one_line(tmp_path, capsys, sweep, words):
     (tmp_path / "config.json").write_text(
-        json.dumps({"command": "train", "config": {}, "sweep": sweep})
+        json.dumps({"command": "train", "config": {"seed": 0}, "sweep": sweep})
     )
     assert main(["--quiet", "train", "--resume", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -240,7 +240,7 @@ def test_resume_refuses_a_damaged_sweep_in_one_line(tmp_path, capsys, sweep, wor
 
 
 def test_resume_refuses_new_members(tmp_path, capsys):
-    (tmp_path / "config.json").write_text(json.dumps({"config": {}}))
+    (tmp_path / "config.json").write_text(json.dumps({"config": {"seed": 0}}))
     assert main(["train", "--resume", str(tmp_path), "--seeds", "3"]) == 2
     assert "drop --seeds" in capsys.readouterr().err
     assert main(["train", "--resume", str(tmp_path), "--lrs", "0.1"]) == 2

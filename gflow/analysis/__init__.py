@@ -132,6 +132,8 @@ __all__ = [
     "max_eigenvalue",
     "newton_critical_point",
     "predicted_departure",
+    "preconditioned_sharpness",
+    "adam_scale",
     "rank_one_critical_point",
     "rank_one_part",
     "restricted_newton",
