@@ -44,6 +44,7 @@ def program():
     records, rise, p_end, _ = runner(
         batch, jax.random.split(jax.random.key(0), 1), *args
     )
+    records, p_end = jax.tree.map(np.asarray, (records, p_end))
     return run, stride, saves, loss, params, static, records, rise, p_end
 
 

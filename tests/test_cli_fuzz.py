@@ -37,7 +37,14 @@ from gflow.cli import (
     run_dir_arg,
 )
 from gflow.dynamics import OPTIMIZERS
-from gflow.runs import METHODS, SCHEDULES, SOLVERS, FlowConfig, SweepConfig
+from gflow.runs import (
+    METHODS,
+    NO_ERROR_ESTIMATE,
+    SCHEDULES,
+    SOLVERS,
+    FlowConfig,
+    SweepConfig,
+)
 from gflow.runs.text import MODELS, OPTIMIZER_NAMES, TOKENIZER_NAMES, TextConfig
 from gflow.runs.train import TrainConfig
 from gflow.text import WHITESPACE_MODES
@@ -183,8 +190,8 @@ DEFAULT_VALID = {float: _positive, int: lambda n: n >= 1, floats: None}
 
 # Options that take a name from a fixed set (checked by gflow, not by argparse choices)
 NAMES = {
-    ("flow", "--solver"): set(SOLVERS),
-    ("text", "--solver"): set(SOLVERS),
+    ("flow", "--solver"): set(SOLVERS) - NO_ERROR_ESTIMATE,
+    ("text", "--solver"): set(SOLVERS) - NO_ERROR_ESTIMATE,
     ("text", "--tokenizer"): set(TOKENIZER_NAMES),
     ("text", "--whitespace"): set(WHITESPACE_MODES),
     ("text", "--method"): set(METHODS),
@@ -589,7 +596,7 @@ FIELD_VALID = {
     "atol": VALID["flow", "--atol"],
     "seed": VALID["*", "--seed"],
     "num_saves": VALID["*", "--num-saves"],
-    "solver": lambda s: s in SOLVERS,
+    "solver": lambda s: s in SOLVERS and s not in NO_ERROR_ESTIMATE,
     "optimizer": lambda s: s in OPTIMIZERS,
     "reference": lambda s: s in ("flow", "modified"),
     "lrs": lambda lrs: (

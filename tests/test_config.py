@@ -117,3 +117,19 @@ def test_a_flow_that_cannot_fit_in_memory_is_refused_up_front(monkeypatch):
         FlowConfig()
     monkeypatch.setattr(memory, lambda: None)  # unknown: it runs
     FlowConfig(d_model=100_000_000)
+
+
+def test_euler_is_refused_up_front_in_one_line(capsys, tmp_path):
+    """Diffrax's Euler has no error estimate: ``gflow flow --solver euler`` ended in
+    a RuntimeError traceback from inside the solve; it is refused before any work,
+    naming the solvers that have one."""
+    from gflow.cli import main
+    from gflow.runs import ConfigError
+
+    with pytest.raises(ConfigError, match="solver: euler has no error estimate"):
+        FlowConfig(solver="euler")
+    FlowConfig(solver="heun")  # its neighbour with an estimate is accepted
+    out = tmp_path / "run"
+    assert main(["flow", "--solver", "euler", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "heun" in err[0] and not out.exists()

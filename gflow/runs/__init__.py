@@ -27,6 +27,7 @@ from gflow.runs.names import OPTIMIZERS as OPTIMIZERS
 from gflow.runs.names import REFERENCES as REFERENCES
 from gflow.runs.names import SCHEDULES as SCHEDULES
 from gflow.runs.names import SOLVERS as SOLVERS
+from gflow.runs.config import NO_ERROR_ESTIMATE as NO_ERROR_ESTIMATE
 from gflow.runs.names import TOKENIZERS as TOKENIZERS
 from gflow.runs.names import NameTable as NameTable
 
@@ -80,6 +81,7 @@ __all__ = [
     "REFERENCES",
     "SCHEDULES",
     "SOLVERS",
+    "NO_ERROR_ESTIMATE",
     "AbstractConfig",
     "AbstractJob",
     "ConfigError",

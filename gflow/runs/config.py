@@ -369,6 +369,21 @@ def at_least(name: str, value: int, low: int) -> None:
         bad(name, f"must be >= {low}, got {value}")
 
 
+#: solvers a flow cannot use: its steps are adaptive and these have no embedded
+#: error estimate (Diffrax's Euler raises inside the solve)
+NO_ERROR_ESTIMATE = frozenset({"euler"})
+
+
+def check_flow_solver(name: str) -> None:
+    """ConfigError for a solver whose steps cannot adapt (``NO_ERROR_ESTIMATE``)."""
+    if name in NO_ERROR_ESTIMATE:
+        bad(
+            "solver",
+            f"{name} has no error estimate, which the flow's adaptive steps need; "
+            "use heun (Euler with an error estimate), tsit5 or the default auto",
+        )
+
+
 def check_seed(seed: int) -> None:
     """ConfigError unless ``seed`` is a PRNG seed every run can use: [0, 2**32)."""
     if not 0 <= seed < 2**32:

@@ -22,6 +22,7 @@ from gflow.runs.config import (
     AbstractConfig,
     at_least,
     bad,
+    check_flow_solver,
     check_seed,
     positive,
     setting,
@@ -84,6 +85,7 @@ class FlowConfig(AbstractConfig):
         at_least("d_model", self.d_model, 1)
         at_least("num_saves", self.num_saves, 2)
         SOLVERS.check("solver", self.solver)
+        check_flow_solver(self.solver)
         if not (self.rtol > 0 and self.atol >= 0) or not (
             math.isfinite(self.rtol) and math.isfinite(self.atol)
         ):

@@ -8,7 +8,13 @@ import math
 from pathlib import Path
 from typing import ClassVar
 
-from gflow.runs.config import AbstractConfig, bad, check_seed, setting
+from gflow.runs.config import (
+    AbstractConfig,
+    bad,
+    check_flow_solver,
+    check_seed,
+    setting,
+)
 from gflow.runs.names import METHODS as _METHODS
 from gflow.runs.names import MODELS as _MODELS
 from gflow.runs.names import SCHEDULES, SOLVERS
@@ -216,6 +222,7 @@ class TextConfig(AbstractConfig):
             bad(
                 "solver", f"unknown {self.solver!r}; choose one of {', '.join(SOLVERS)}"
             )
+        check_flow_solver(self.solver)
         if self.model not in MODELS:
             bad("model", f"must be one of {', '.join(MODELS)}, got {self.model!r}")
         for name in (
