@@ -17,6 +17,12 @@ the raw λ_max it is only indicative.
 
 Command:
     PYTHONPATH=$PWD python experiments/departure.py [--out DIR] [--only sgd,momentum]
+    PYTHONPATH=$PWD python experiments/departure.py --seeds 0,1,2,3,4 --only sgd \
+        --write-docs
+
+With --seeds the runs are repeated from each seed of the initial weights (each saved
+to seeds.json as it finishes and skipped by a rerun) and the table over seeds is
+written; with --write-docs into docs/flow_vs_optimizers.md.
 
 Runtime: 5-10 min on 2 busy CPU cores (compilation, Lanczos, one flow solve). Writes
 experiments/results/departure/{results.json, departure.md, departure.png}.
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import jax
@@ -112,9 +119,10 @@ def drift_departures(loss, model, sweep, members, factor: float) -> None:
         rec["drift_reference_lr"] = float(sweep.lrs[m0])
 
 
-def run(cfg: Config, *, key, only=("sgd", "momentum", "adam")) -> dict:
-    """λ_max along the flow and the members; predicted vs measured departures."""
-    flow_cfg = FlowConfig()
+def run(cfg: Config, *, key, only=("sgd", "momentum", "adam"), seed: int = 0) -> dict:
+    """λ_max along the flow and the members from the initial weights of ``seed``;
+    predicted vs measured departures."""
+    flow_cfg = FlowConfig(seed=seed)
     loss, model = PopulationLoss(flow_cfg.chain()), flow_cfg.model()
     flow = solve_flow(
         loss,
@@ -192,22 +200,97 @@ def plot(out_dir: Path) -> None:
     plot_departure_records(results, out_dir / "departure.png")
 
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "flow_vs_optimizers.md"
+START, END = "<!-- departure_seeds:start -->", "<!-- departure_seeds:end -->"
+
+
+def seeds_table(by_seed: dict[str, dict]) -> str:
+    """Per optimizer and η, over the seeds: the predicted departure, the first loss
+    rise and their ratio, each as median [min, max] with the seeds that have one."""
+
+    def spread(xs, fmt="{:.4g}"):
+        have = [x for x in xs if x is not None]
+        if not have:
+            return "—"
+        text = (
+            f"{fmt.format(np.median(have))} [{fmt.format(min(have))}, "
+            f"{fmt.format(max(have))}]"
+        )
+        return text if len(have) == len(xs) else f"{text} ({len(have)}/{len(xs)})"
+
+    rows = []
+    first = next(iter(by_seed.values()))
+    for name in ("sgd", "momentum", "adam"):
+        if name not in first:
+            continue
+        for i, lr in enumerate(r["lr"] for r in first[name]["members"]):
+            ms = [res[name]["members"][i] for res in by_seed.values()]
+            pred = [m["predicted"] for m in ms]
+            rise = [m["first_rise"] for m in ms]
+            ratio = [
+                None if a is None or b is None else b / a for a, b in zip(pred, rise)
+            ]
+            rows.append(
+                [f"{name} (t1={first[name]['t1']:g})", f"{lr:g}"]
+                + [spread(pred), spread(rise), spread(ratio, "{:.3g}")]
+                + [spread([m["own_prediction"] for m in ms])]
+            )
+    header = ["optimizer", "η", "predicted (flow λ_max > c/η)", "first loss rise"]
+    header += ["first rise / predicted", "own λ_max > c/η"]
+    intro = (
+        f"Over seeds {', '.join(by_seed)} of the initial weights (flow and members "
+        "from the same draw); median [min, max], with the number of seeds that have "
+        "a value where not all do:"
+    )
+    return intro + "\n\n" + _docs.table(header, rows) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--out", type=Path, default=Path("experiments/results/departure")
     )
     parser.add_argument("--only", default="sgd,momentum,adam", help="optimizers")
+    parser.add_argument("--seeds", default=None, help="e.g. 0,1,2,3,4")
+    parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     cfg = Config()
-    results = run(cfg, key=jax.random.key(0), only=tuple(args.only.split(",")))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(
-        json.dumps({"config": dataclasses.asdict(cfg), **results})
+    only = tuple(args.only.split(","))
+    if args.seeds is None:
+        results = run(cfg, key=jax.random.key(0), only=only)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(
+            json.dumps({"config": dataclasses.asdict(cfg), **results})
+        )
+        (args.out / "departure.md").write_text(table(results))
+        plot(args.out)
+        print(table(results))
+        return
+    path = args.out / "seeds.json"
+    key = {"config": dataclasses.asdict(cfg), "only": list(only)}
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    if {k: saved.get(k) for k in key} != json.loads(json.dumps(key)):
+        saved = key | {"seeds": {}, "uptime_at_start": _docs.uptime(), "seconds": 0}
+    for seed in (int(x) for x in args.seeds.split(",")):
+        if str(seed) in saved["seeds"]:
+            continue
+        start = time.perf_counter()
+        saved["seeds"][str(seed)] = run(
+            cfg, key=jax.random.key(0), only=only, seed=seed
+        )
+        saved["seconds"] += time.perf_counter() - start
+        print(f"seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".tmp").write_text(json.dumps(saved))
+        path.with_suffix(".tmp").replace(path)
+    text = seeds_table(saved["seeds"]) + (
+        f"\nGenerated by `PYTHONPATH=$PWD python experiments/departure.py --seeds "
+        f"{args.seeds} --only {args.only} --write-docs` ({saved['seconds'] / 60:.1f} "
+        f"min of runs; `uptime` at the start: `{saved['uptime_at_start']}`).\n"
     )
-    (args.out / "departure.md").write_text(table(results))
-    plot(args.out)
-    print(table(results))
+    if args.write_docs:
+        _docs.replace_block(DOC, START, END, text)
+    print(text)
 
 
 if __name__ == "__main__":
