@@ -70,3 +70,14 @@ def test_the_quick_path_writes_its_page(tmp_path, monkeypatch):
     runs = pl._runs(pl.QUICK)
     assert len(runs) == 2 * 2 * 3 * 2  # data × rungs × methods × seeds
     assert all(len(r["key_mass"]["chance"]) == len(pl.KEY_CLASSES) for r in runs)
+
+
+def test_the_control_data_has_no_context_to_use():
+    """The i.i.d. control: every row of its chain is π, so the Bayes loss is the
+    unigram loss, and its samples follow π (a frequency check on the held-out set)."""
+    data = pl.iid_data(pl.QUICK)
+    assert data.name == "markov-iid" and data.d_vocab == 4
+    assert data.bayes_loss == pytest.approx(data.unigram_loss, abs=1e-12)
+    freq = np.bincount(np.asarray(data.held_out).ravel(), minlength=4)
+    freq = freq / freq.sum()
+    np.testing.assert_allclose(freq, [0.75, 0.19, 0.05, 0.01], atol=0.05)
