@@ -162,3 +162,18 @@ def test_a_failed_segment_is_checkpointed_and_not_recomputed(tmp_path, monkeypat
     np.testing.assert_allclose(
         first.metrics["loss"][0], -((4 / 3) ** 3) / 3, rtol=1e-12
     )
+
+
+@pytest.mark.slow  # three solves (6 s): CI's slow steps
+def test_a_gap_in_the_segments_resumes_at_the_gap(setup, tmp_path):
+    """A deleted middle segment: the run recomputes it and reports resuming after
+    the segments before the gap (it said "after segment 2/3", counting files)."""
+    loss, model, _ = setup
+    kw = dict(t1=1.5, segments=3, checkpoint_dir=tmp_path)
+    full = solve_flow_resumable(loss, model, **kw)
+    (tmp_path / "segment-001.npz").unlink()
+    again = solve_flow_resumable(loss, model, **kw)
+    assert again.info["resumed_from_segment"] == 0
+    assert (tmp_path / "segment-001.npz").exists()
+    np.testing.assert_array_equal(again.t, full.t)
+    np.testing.assert_array_equal(again.final.W_E, full.final.W_E)

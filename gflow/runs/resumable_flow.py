@@ -67,8 +67,8 @@ def solve_flow_resumable(
 
     Returns:
         The whole Trajectory; ``info["resumed_from_segment"]`` is the last segment
-        read back (−1 for a fresh start). A segment that does not succeed ends the
-        run with its status and the trajectory so far.
+        of the leading run read back (−1 for a fresh start). A segment that does
+        not succeed ends the run with its status and the trajectory so far.
     """
     if segments < 1:
         raise ValueError(f"segments must be >= 1, got {segments}")
@@ -141,7 +141,11 @@ def solve_flow_resumable(
         )
 
     store = PieceStore(ckdir, "segment", fp)
-    resumed_from = len([k for k in range(segments) if store.path(k).exists()]) - 1
+    # the leading run of saved segments: a later one past a missing segment is read
+    # back too, but the run resumes where the first gap is
+    resumed_from = -1
+    while resumed_from + 1 < segments and store.path(resumed_from + 1).exists():
+        resumed_from += 1
     if resumed_from >= 0:
         log.info(
             "resuming after segment %d of %d (t = %g)",
