@@ -70,6 +70,8 @@ DOC = Path("docs/markov_cycle.md")
 FIG = Path("docs/figures/markov_cycle.png")
 SADDLE_OUT = Path("experiments/results/markov_saddle")
 SADDLE_DOC = Path("docs/markov_saddle.md")
+RECURRENCE = Path("experiments/results/markov_recurrence/summary.json")
+RECURRENCE_CLAIM = "f'. the cycle recurs at d = 8 and 16"
 CMD = "PYTHONPATH=$PWD python experiments/markov_cycle.py --write-docs"
 RUN_START, RUN_END = "<!-- cycle_run:start -->", "<!-- cycle_run:end -->"
 
@@ -246,6 +248,53 @@ def verdict_every(flags, what):
     k, n = sum(flat), len(flat)
     why = f"{what} in {k}/{n} (token, seed) pairs"
     return (REPRODUCED if k == n and n else PARTLY if k else NOT), why
+
+
+def verdict_recurrence(per_seed: list[list[bool]]):
+    """The cycle at larger d. ``per_seed``: for each (d, seed) flow, whether each
+    cycle has a distinct focus and dilution. Rule: two or more such cycles in every
+    flow → reproduced; one in every flow → partly; else not reproduced."""
+    counts = [sum(x) for x in per_seed]
+    why = (
+        f"cycles with distinct focus and dilution per flow: {min(counts)}-"
+        f"{max(counts)} in {len(counts)} flows"
+    )
+    if min(counts) >= 2:
+        return REPRODUCED, why
+    return (PARTLY if min(counts) >= 1 else NOT), why
+
+
+def recurrence_row(doc: Path = DOC) -> tuple[str, str, str] | None:
+    """Row f' (issue 34 point 1) from experiments/markov_recurrence.py's
+    summary.json, or as the page has it when that run is absent here."""
+    if not RECURRENCE.exists():
+        for line in (doc.read_text() if doc.exists() else "").splitlines():
+            cells = [x.strip() for x in line.strip().strip("|").split("|")]
+            if len(cells) == 3 and cells[0].startswith(RECURRENCE_CLAIM):
+                return cells[0], cells[1], cells[2]
+        return None
+    found = read_json(RECURRENCE)
+    by_d: dict[int, list[dict]] = {}
+    for r in found.values():
+        by_d.setdefault(r["d"], []).append(r)
+    parts = []
+    for d, rs in sorted(by_d.items()):
+        distinct = [sum(c["distinct"] for c in r["per_cycle"]) for r in rs]
+        second = sum(
+            any(c["cycle"] == 2 and c["distinct"] for c in r["per_cycle"]) for r in rs
+        )
+        parts.append(
+            f"d = {d}, {len(rs)} seeds: cycles detected "
+            f"{', '.join(str(r['cycles']) for r in rs)}; with distinct focus and "
+            f"dilution {', '.join(map(str, distinct))}; cycle 2 distinct in "
+            f"{second}/{len(rs)}"
+        )
+    per_seed = [[c["distinct"] for c in r["per_cycle"]] for r in found.values()]
+    return (
+        f"{RECURRENCE_CLAIM} (t ≤ 10⁵, geometric π; experiments/markov_recurrence.py)",
+        "; ".join(parts),
+        _cell(verdict_recurrence(per_seed)),
+    )
 
 
 def verdict_cycle2(found, growth, *, min_growth=4.0):
@@ -792,6 +841,9 @@ def table(res: dict, sad: dict | None = None) -> str:
             f"{fmt_ms([s['f']['top_query_on_0_final'] for s in seeds], '.2f')}",
             _cell(verdict_cycle2(found, growth)),
         )
+    rec = recurrence_row()
+    if rec is not None:
+        row(*rec)
     # g: ablations
     near = [s["g_default"]["time_near_H_pi"] for s in seeds]
     x = g["eps_0.001"]

@@ -54,3 +54,14 @@ def test_the_table_counts_cycles_with_distinct_focus_and_dilution():
     text = mr.table(cfg, {"a": found(8, 0, [0.0, 0.9]), "b": found(8, 1, [0.1, None])})
     assert "| 8 | 2, 2 | 2 of 4 |" in text
     assert "1: yes (0.00), 2: no (0.90)" in text and "2: no focus or dilution" in text
+
+
+def test_the_recurrence_verdict_counts_distinct_cycles_in_every_flow():
+    from experiments import markov_cycle as mc
+
+    assert mc.verdict_recurrence([[True, True], [True, False, True]])[0] == (
+        mc.REPRODUCED
+    )
+    verdict, why = mc.verdict_recurrence([[True, False], [True, True]])
+    assert verdict == mc.PARTLY and "1-2 in 2 flows" in why
+    assert mc.verdict_recurrence([[False], [True]])[0] == mc.NOT
