@@ -137,3 +137,35 @@ def test_divergence_freezes_the_run(model):
             save_every=2,
             learning_rate=0.1,
         )
+
+
+def test_a_fresh_stream_run_is_the_hand_loop_on_its_keys(model):
+    """The default suite's oracle of the minibatch loop (issue 33 point 7): four SGD
+    steps on fresh batches, each drawn with the run's own key for its step
+    (``step_keys``), recomputed by a plain Python loop; the clock is Σ η."""
+    import equinox as eqx
+
+    key, lr = jax.random.key(3), 0.3
+    run = run_minibatch(
+        SequenceLoss(FIXED),
+        model,
+        optax.sgd(lr),
+        fresh_stream,
+        batch_loss=sequence_loss,
+        steps=4,
+        learning_rate=lr,
+        key=key,
+        save_every=2,
+    )
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    grad = jax.jit(jax.grad(lambda p, b: sequence_loss(eqx.combine(p, static), b)))
+    held = jax.jit(lambda p: SequenceLoss(FIXED)(eqx.combine(p, static)))
+    losses = [float(held(params))]
+    for k, step_key in enumerate(step_keys(key, 0, 4)):
+        g = grad(params, fresh_stream(step_key))
+        params = jax.tree.map(lambda x, d: x - lr * d, params, g)
+        if k % 2 == 1:
+            losses.append(float(held(params)))
+    np.testing.assert_allclose(run.t, [0.0, 2 * lr, 4 * lr], rtol=1e-12)
+    np.testing.assert_allclose(run.metrics["loss"], losses, rtol=1e-10)
+    np.testing.assert_allclose(run.final.W_E, params.W_E, rtol=1e-10, atol=1e-14)
