@@ -195,8 +195,15 @@ class Data:
     description: str
 
 
-def markov_data(cfg: Config) -> Data:
-    chain = MarkovChain.default()
+def markov_data(
+    cfg: Config,
+    chain: MarkovChain | None = None,
+    *,
+    name: str = "markov",
+    description: str = "MarkovChain.default(): π = (0.75, 0.19, 0.05, 0.01), λ = 0.5",
+) -> Data:
+    """Samples of ``chain`` (default: the paper's) as a data set of the runs."""
+    chain = MarkovChain.default() if chain is None else chain
     length = cfg.context + 1
     held = chain.sample(key=jax.random.key(10_000), batch=cfg.eval_batch, length=length)
 
@@ -205,14 +212,14 @@ def markov_data(cfg: Config) -> Data:
         return chain.sample(key=key, batch=cfg.gd_sample, length=length)
 
     return Data(
-        "markov",
+        name,
         chain.d,
         gd_sample,
         MarkovStream(chain, batch=cfg.batch, length=length),
         np.asarray(held),
         chain.unigram_loss,
         chain.bayes_loss,
-        "MarkovChain.default(): π = (0.75, 0.19, 0.05, 0.01), λ = 0.5",
+        description,
     )
 
 

@@ -47,7 +47,7 @@ import numpy as np
 from experiments import _docs
 from experiments import deep_cycle as dc
 from gflow import HeadObservables, InContextMarkov, SequenceLoss, Transformer
-from gflow.problems import MarkovChain, MarkovStream
+from gflow.problems import MarkovChain
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "practical_ladder"
@@ -182,23 +182,11 @@ def icl_data(cfg: Config) -> dc.Data:
 def iid_data(cfg: Config) -> dc.Data:
     """The control: tokens drawn i.i.d. from the paper's π (its chain at λ = 0), so
     no context helps and a focus or dilution found there is one found on nothing."""
-    chain = MarkovChain.from_lambda(pi=MarkovChain.default().pi, lam=0.0)
-    length = cfg.context + 1
-    held = chain.sample(key=jax.random.key(10_000), batch=cfg.eval_batch, length=length)
-
-    def gd_sample(seed):
-        key = jax.random.fold_in(jax.random.key(seed), 1)
-        return chain.sample(key=key, batch=cfg.gd_sample, length=length)
-
-    return dc.Data(
-        "markov-iid",
-        chain.d,
-        gd_sample,
-        MarkovStream(chain, batch=cfg.batch, length=length),
-        np.asarray(held),
-        chain.unigram_loss,
-        chain.bayes_loss,
-        "control: i.i.d. tokens from π = (0.75, 0.19, 0.05, 0.01) (λ = 0)",
+    return dc.markov_data(
+        cfg,
+        MarkovChain.from_lambda(pi=MarkovChain.default().pi, lam=0.0),
+        name="markov-iid",
+        description="control: i.i.d. tokens from π = (0.75, 0.19, 0.05, 0.01) (λ = 0)",
     )
 
 
