@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import time
 from pathlib import Path
 
 import jax
@@ -43,7 +42,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from experiments import _docs  # noqa: E402
+from experiments import _docs, _seeds  # noqa: E402
 from gflow import MarkovObservables, PopulationLoss, solve_flow  # noqa: E402
 from gflow.dynamics import run_sweep  # noqa: E402
 from gflow.dynamics.references import evaluate_along  # noqa: E402
@@ -276,21 +275,12 @@ def main() -> None:
     args = parser.parse_args()
     cfg = Config()
     only = tuple(args.only.split(","))
-    path = args.out / "results.json"
-    saved = json.loads(path.read_text()) if path.exists() else {}
-    key = {"config": dataclasses.asdict(cfg), "only": list(only)}
-    if {k: saved.get(k) for k in key} != json.loads(json.dumps(key)):
-        saved = key | {"seeds": {}, "uptime_at_start": _docs.uptime(), "seconds": 0}
-    for seed in cfg.seeds:
-        if str(seed) in saved["seeds"]:
-            continue
-        start = time.perf_counter()
-        saved["seeds"][str(seed)] = run(cfg, seed=seed, only=only)
-        saved["seconds"] += time.perf_counter() - start
-        print(f"seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
-        args.out.mkdir(parents=True, exist_ok=True)
-        path.with_suffix(".tmp").write_text(json.dumps(saved))
-        path.with_suffix(".tmp").replace(path)
+    saved = _seeds.over_seeds(
+        args.out / "results.json",
+        {"config": dataclasses.asdict(cfg), "only": list(only)},
+        cfg.seeds,
+        lambda seed: run(cfg, seed=seed, only=only),
+    )
     first = saved["seeds"][str(cfg.seeds[0])]
     (args.out / "stages.md").write_text(table(first))
     # the figures read the first seed
