@@ -98,6 +98,7 @@ def extreme_eigenpairs(
     key: PRNGKeyArray | None,
     iters: int = 40,
     v0: Float[Array, " n"] | None = None,
+    scale: Float[Array, " n"] | None = None,
 ) -> tuple[Float[Array, " k"], Float[Array, "n k"]]:
     """Lanczos estimates of the Hessian's extreme eigenpairs at ``model``.
 
@@ -107,6 +108,9 @@ def extreme_eigenpairs(
         key: PRNG key for the random start vector (ignored when ``v0`` is given).
         iters: Krylov dimension (clipped to the number of parameters).
         v0: optional warm start [n] (e.g. the previous top eigenvector along a flow).
+        scale: optional positive D [n]: then the pairs are those of the symmetric
+            D^{1/2} H D^{1/2}, whose eigenvalues are D H's (a preconditioned step's
+            sharpness, ``gflow.analysis.preconditioned_sharpness``).
 
     Returns:
         (eigenvalues [k] ascending, eigenvectors [n, k]): the last entry approximates
@@ -116,12 +120,15 @@ def extreme_eigenpairs(
     n = x0.shape[0]
     iters = min(iters, n)
     if v0 is None:
+        if key is None:
+            raise ValueError("extreme_eigenpairs needs a key or a start v0")
         v0 = jax.random.normal(key, (n,), x0.dtype)
+    root = 1.0 if scale is None else jnp.sqrt(jnp.asarray(scale, x0.dtype))
 
     def matvec(v):
-        return jax.jvp(jax.grad(f), (x0,), (v,))[1]
+        return root * jax.jvp(jax.grad(f), (x0,), (root * v,))[1]
 
-    return lanczos(matvec, v0, iters)
+    return lanczos(matvec, jnp.asarray(v0, x0.dtype), iters)
 
 
 def max_eigenvalue(

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import ArrayLike, Float, PRNGKeyArray, Real
 
-from gflow.analysis.hessian import flat_loss, flatten, lanczos, max_eigenvalue
+from gflow.analysis.hessian import extreme_eigenpairs, flatten, max_eigenvalue
 from gflow.array_types import LossFn, Model
 from gflow.dynamics.trajectory import Trajectory
 
@@ -68,7 +67,6 @@ def predicted_departure(
     return float(t[np.argmax(over)]) if over.any() else None
 
 
-@eqx.filter_jit
 def preconditioned_sharpness(
     loss_fn: LossFn,
     model: Model,
@@ -93,17 +91,9 @@ def preconditioned_sharpness(
         (λ_max of S = D^{1/2} H D^{1/2}, which has the eigenvalues of D H; its
         eigenvector [n]). Traceable: it may run inside a jitted, vmapped loop.
     """
-    f, x0 = flat_loss(loss_fn, model)
-    root = jnp.sqrt(jnp.asarray(scale, x0.dtype))
-    if v0 is None:
-        if key is None:
-            raise ValueError("preconditioned_sharpness needs a key or a start v0")
-        v0 = jax.random.normal(key, x0.shape, x0.dtype)
-
-    def matvec(v):
-        return root * jax.jvp(jax.grad(f), (x0,), (root * v,))[1]
-
-    evals, evecs = lanczos(matvec, jnp.asarray(v0, x0.dtype), min(iters, x0.size))
+    evals, evecs = extreme_eigenpairs(
+        loss_fn, model, key=key, iters=iters, v0=v0, scale=jnp.asarray(scale)
+    )
     return evals[-1], evecs[:, -1]
 
 
