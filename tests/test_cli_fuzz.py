@@ -42,6 +42,7 @@ from gflow.runs import (
     NO_ERROR_ESTIMATE,
     SCHEDULES,
     SOLVERS,
+    TRAINING,
     FlowConfig,
     SweepConfig,
 )
@@ -175,6 +176,7 @@ VALID = {
     ("train", "--segments"): lambda n: 1 <= n <= 2,
     ("train", "--max-len"): lambda n: n >= 3,
     ("train", "--heads"): lambda n: n in (1, 2),
+    ("train", "--batch"): lambda n: n >= 0,  # 0: the full sample (adamw has one)
     ("train", "--d-model"): lambda n: n >= 1,
     ("train", "--vocab-size"): lambda n: n >= 2,
     # a training sweep: seed 0 + seeds - 1 < 2**32; distinct step sizes > 0
@@ -202,6 +204,9 @@ NAMES = {
     ("train", "--schedule"): set(SCHEDULES),
     ("train", "--tokenizer"): set(TOKENIZER_NAMES),
     ("train", "--whitespace"): set(WHITESPACE_MODES),
+    ("train", "--model"): set(MODELS),  # the base run has one layer and one head
+    ("train", "--method"): set(TRAINING),
+    ("train", "--solver"): set(SOLVERS) - NO_ERROR_ESTIMATE,
     ("sweep", "--optimizer"): set(OPTIMIZERS),
     ("sweep", "--reference"): {"flow", "modified", "central"},
     ("compare", "--optimizer"): set(OPTIMIZERS),
@@ -617,6 +622,10 @@ FIELD_VALID = {
     ("TrainConfig", "vocab_size"): lambda n: n >= 2,  # with the word tokeniser
     ("TrainConfig", "tokenizer"): lambda s: s in TOKENIZER_NAMES,  # vocab_size 64 fits
     ("TrainConfig", "whitespace"): lambda s: s in WHITESPACE_MODES,
+    ("TrainConfig", "model"): lambda s: s == "transformer",  # two layers, two heads
+    ("TrainConfig", "method"): lambda s: s in TRAINING,  # flow: float64 by itself
+    ("TrainConfig", "batch"): lambda n: n >= 0,  # 0: full batch (adamw has one)
+    ("TrainConfig", "rtol"): _positive,
     # TextConfig (a run's config.json, for --resume) against its defaults: the word
     # tokeniser, the one-layer model, GD and full-batch Adam
     ("TextConfig", "corpus"): lambda s: s != "",  # a missing file fails later
@@ -640,6 +649,7 @@ FIELD_VALID = {
     ("TextConfig", "seeds"): lambda n: 1 <= n <= 2**32,
     ("TextConfig", "layers"): lambda n: n == 1,
     ("TextConfig", "heads"): lambda n: n == 1,
+    ("TextConfig", "d_ff"): lambda n: False,  # a part of --model transformer only
     ("TextConfig", "track"): lambda v: all(isinstance(x, str) for x in v),
 }
 _JSON_SCALARS = st.one_of(

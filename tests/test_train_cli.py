@@ -239,6 +239,13 @@ def test_a_bpe_setting_at_its_default_keeps_old_fingerprints():
         (["--schedule", "step"], "schedule"),
         (["--max-len", "3"], "max_len"),
         (["--segments", "9"], "segments"),
+        (["--model", "attention"], "model"),  # SMALL's two layers and heads
+        (["--population", "--method", "gd"], "population"),
+        (["--method", "flow", "--schedule", "warmup-cosine"], "schedule"),
+        (["--batch", "0", "--optimizer", "momentum"], "optimizer"),
+        (["--method", "flow", "--solver", "euler"], "solver"),
+        (["--method", "walk"], "method"),
+        (["--windows", "0"], "windows"),
     ],
 )
 def test_bad_settings_are_one_line_exit_2(tmp_path, capsys, argv, words):

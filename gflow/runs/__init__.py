@@ -29,6 +29,7 @@ from gflow.runs.names import SCHEDULES as SCHEDULES
 from gflow.runs.names import SOLVERS as SOLVERS
 from gflow.runs.config import NO_ERROR_ESTIMATE as NO_ERROR_ESTIMATE
 from gflow.runs.names import TOKENIZERS as TOKENIZERS
+from gflow.runs.names import TRAINING as TRAINING
 from gflow.runs.names import NameTable as NameTable
 
 # Checkpoints: fingerprinted, verified pieces; resumable flows and sweeps.
@@ -77,6 +78,7 @@ __all__ = [
     "MODELS",
     "OPTIMIZERS",
     "TOKENIZERS",
+    "TRAINING",
     "NAMES",
     "REFERENCES",
     "SCHEDULES",

@@ -23,10 +23,12 @@ from gflow.dynamics.schedules import Constant, WarmupCosine
 from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
 from gflow.runs.config import ConfigError
 from gflow.runs.sources import InContextSource, MarkovSource
+from gflow.text.fullbatch import FULL_BATCH_RULES
 from gflow.text.strategies import (
     DeepText,
     FixedTokenization,
     FullBatchGD,
+    FullBatchOptimizer,
     IntegratedFlow,
     OneLayerText,
     SubwordTokenization,
@@ -119,6 +121,13 @@ OPTIMIZERS: NameTable[AbstractOptimizer] = NameTable(
     aliases={"gd": "sgd"},
 )
 
+#: The optimizers that can descend a fixed loss whole (``--batch 0``): those of
+#: ``run_full_batch``'s one compiled loop.
+FULL_BATCH_OPTIMIZERS = (
+    *(name for name, cls in _OPTIMIZER_CLASSES.items() if cls in FULL_BATCH_RULES),
+    "gd",
+)
+
 #: The references a sweep compares its members with, built for the sweep's
 #: ``optimizer`` (the central flow is the optimizer's own: ``central_flow_of``).
 REFERENCES = NameTable(
@@ -162,11 +171,29 @@ METHODS = NameTable(
     {"gd": FullBatchGD.from_settings, "flow": IntegratedFlow.from_settings},
 )
 
-#: The models a text run trains: the one-layer ``AttentionModel`` (a
-#: ``PositionalAttentionModel`` with positions) or the deep ``Transformer``.
+#: How ``gflow train`` descends its loss: the optimizer (``FullBatchOptimizer``
+#: on the fixed sample with ``batch`` 0, else fresh minibatches), or a method of
+#: ``METHODS`` on the fixed sample; built from the run's settings.
+TRAINING = NameTable(
+    "training method",
+    {"optimizer": FullBatchOptimizer, "gd": FullBatchGD, "flow": IntegratedFlow},
+    factories={
+        "optimizer": FullBatchOptimizer.from_settings,
+        "gd": FullBatchGD.from_settings,
+        "flow": IntegratedFlow.from_settings,
+    },
+)
+
+#: The models ``gflow text`` and ``gflow train`` train: the one-layer
+#: ``AttentionModel`` (a ``PositionalAttentionModel`` with positions) or the deep
+#: ``Transformer`` with any of its parts.
 MODELS = NameTable(
     "model",
-    {"attention": OneLayerText.from_settings, "transformer": DeepText.from_settings},
+    {"attention": OneLayerText, "transformer": DeepText},
+    factories={
+        "attention": OneLayerText.from_settings,
+        "transformer": DeepText.from_settings,
+    },
 )
 
 #: How a corpus is cut into tokens: the fixed tokenisers and the subword kinds
@@ -195,6 +222,7 @@ NAMES: dict[str, NameTable] = {
         REFERENCES,
         SCHEDULES,
         METHODS,
+        TRAINING,
         MODELS,
         TOKENIZERS,
         DATASETS,

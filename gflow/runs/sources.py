@@ -19,7 +19,9 @@ import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
 from gflow.analysis.induction import strategy_kl
+from gflow.array_types import LossFn
 from gflow.problems.icl_markov import STRATEGIES, InContextMarkov
+from gflow.problems.losses import PopulationLoss
 from gflow.problems.markov import MarkovChain
 from gflow.text.strategies import Settings
 
@@ -67,6 +69,11 @@ class AbstractSource(Settings):
     def stream(self, *, batch: int, length: int) -> SourceStream:
         return SourceStream(self, batch, length)
 
+    def population_loss(self) -> LossFn:
+        """The exact expected loss over the data set (ValueError where there is
+        none in closed form)."""
+        raise ValueError(f"{type(self).__name__} has no exact population loss")
+
 
 @dataclasses.dataclass(frozen=True)
 class MarkovSource(AbstractSource):
@@ -93,6 +100,10 @@ class MarkovSource(AbstractSource):
     def references(self, length, *, key):
         chain = self.chain
         return {"unigram_loss": chain.unigram_loss, "bayes_loss": chain.bayes_loss}
+
+    def population_loss(self) -> PopulationLoss:
+        """The paper's population loss of the chain (the attention model's)."""
+        return PopulationLoss(self.chain)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,6 +43,7 @@ from gflow.text.strategies import AbstractTokenization as AbstractTokenization
 from gflow.text.strategies import DeepText as DeepText
 from gflow.text.strategies import FixedTokenization as FixedTokenization
 from gflow.text.strategies import FullBatchGD as FullBatchGD
+from gflow.text.strategies import FullBatchOptimizer as FullBatchOptimizer
 from gflow.text.strategies import IntegratedFlow as IntegratedFlow
 from gflow.text.strategies import OneLayerText as OneLayerText
 from gflow.text.strategies import SubwordTokenization as SubwordTokenization
@@ -50,6 +51,7 @@ from gflow.text.strategies import SubwordTokenization as SubwordTokenization
 # Observables of query rows
 from gflow.text.observables import TextObservables as TextObservables
 from gflow.text.observables import default_queries as default_queries
+from gflow.text.observables import observe_saves as observe_saves
 from gflow.text.observables import observe_snapshots as observe_snapshots
 from gflow.text.observables import query_rows as query_rows
 from gflow.text.observables import type_attention as type_attention
@@ -68,6 +70,7 @@ __all__ = [
     "DeepText",
     "FixedTokenization",
     "FullBatchGD",
+    "FullBatchOptimizer",
     "IntegratedFlow",
     "OneLayerText",
     "SubwordTokenization",
@@ -91,6 +94,7 @@ __all__ = [
     "describe",
     "fixed_sample",
     "load_corpus",
+    "observe_saves",
     "observe_snapshots",
     "query_rows",
     "query_windows",

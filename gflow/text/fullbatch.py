@@ -36,6 +36,9 @@ from gflow.dynamics.schedules import AbstractSchedule, Constant, warmup_cosine
 from gflow.dynamics.trajectory import Trajectory
 from gflow.dynamics.tree import tree_where
 
+#: The update rules of the one compiled full-batch loop (``run_full_batch``).
+FULL_BATCH_RULES = (SGD, Adam, AdamW)
+
 
 def gd_or_adam(
     lr: Scalar,
@@ -156,7 +159,7 @@ def run_full_batch(
         the saves; status ``"diverged"`` with ``stats["diverged_step"]`` if the loss
         or gradient became non-finite or |params| > 1e8 (later saves are NaN).
     """
-    if not isinstance(optimizer, (SGD, Adam, AdamW)):
+    if not isinstance(optimizer, FULL_BATCH_RULES):
         raise ValueError(
             f"optimizer must be gflow's SGD(), Adam() or AdamW(), got {optimizer!r}"
         )

@@ -174,6 +174,24 @@ def observe_snapshots(
     return {k: np.stack([np.asarray(o[k]) for o in outs]) for k in outs[0]}
 
 
+def observe_saves(
+    observables: Callable[[Model], Mapping[str, ArrayLike]], traj
+) -> dict[str, np.ndarray]:
+    """``observe_snapshots`` of a run's saved parameters (``traj.params``), each
+    array at least float32 and NaN at the saves where the run's ``loss`` is not
+    finite (after a divergence), as the run's own metrics are.
+
+    How ``gflow text`` and ``gflow train`` observe a run that saved its
+    parameters (full-batch GD, the flow, the full-batch optimizer)."""
+    bad = ~np.isfinite(np.asarray(traj.metrics["loss"]))
+    out = {}
+    for k, v in observe_snapshots(observables, traj.params).items():
+        v = v.astype(np.result_type(v.dtype, np.float32))
+        v[bad] = np.nan
+        out[k] = v
+    return out
+
+
 def default_queries(
     vocab: Vocabulary,
     windows: Int[ArrayLike, "n s1"],

@@ -56,9 +56,40 @@ class AbstractTextModel(Settings):
     init_scale: float = 1e-3
     positional: bool = False
     context: int = 32
+    max_len: int | None = None
 
     #: Whether the one-layer row observables (``TextObservables``) apply.
     rows: ClassVar[bool]
+    #: The Transformer settings the model takes beyond one layer and one head of
+    #: plain attention (``check_parts``).
+    parts: ClassVar[tuple[str, ...]] = ()
+
+    #: The settings of a one-layer, one-head model without value, MLP, LayerNorm
+    #: or residual stream.
+    PLAIN: ClassVar[dict[str, Any]] = {
+        "layers": 1,
+        "heads": 1,
+        "d_ff": None,
+        "value": False,
+        "layernorm": False,
+        "residual": False,
+    }
+
+    @classmethod
+    def refused_parts(cls, **settings: Any) -> list[str]:
+        """The settings among ``settings`` that ask for more than the plain
+        one-layer model where this model does not take them."""
+        return [
+            name
+            for name, plain in cls.PLAIN.items()
+            if name in settings and settings[name] != plain and name not in cls.parts
+        ]
+
+    @property
+    def has_population_loss(self) -> bool:
+        """Whether the paper's population loss (``gflow.population_loss``) is
+        defined for the model."""
+        return False
 
     @abc.abstractmethod
     def draw(self, d_vocab: int, key, dtype) -> Model:
@@ -67,6 +98,14 @@ class AbstractTextModel(Settings):
     def init(self, d_vocab: int, key, dtype=np.float32) -> Model:
         """The initial model of ``key``, drawn in one compiled program."""
         return _compiled_draw(self, d_vocab, np.dtype(dtype))(key)
+
+    @property
+    def positions(self) -> int | None:
+        """How many learned positions the model has (None: none): ``max_len``
+        where given, else ``context`` with ``positional``."""
+        if self.max_len is not None:
+            return self.max_len
+        return self.context if self.positional else None
 
 
 @functools.lru_cache(maxsize=8)
@@ -77,28 +116,40 @@ def _compiled_draw(model: AbstractTextModel, d_vocab: int, dtype):
 @dataclasses.dataclass(frozen=True)
 class OneLayerText(AbstractTextModel):
     """The paper's one-layer ``AttentionModel`` (``PositionalAttentionModel`` with
-    ``positional``)."""
+    ``positional``, over ``context`` positions, or with ``max_len`` positions)."""
 
     rows: ClassVar[bool] = True
 
+    @property
+    def has_population_loss(self) -> bool:
+        return self.positions is None  # the AttentionModel's
+
     def draw(self, d_vocab: int, key, dtype) -> Model:
         kwargs = dict(d_vocab=d_vocab, d_model=self.d_model, init_scale=self.init_scale)
-        if self.positional:
+        positions = self.positions
+        if positions is not None:
             return PositionalAttentionModel.init(
-                context_length=self.context, key=key, dtype=dtype, **kwargs
+                context_length=positions, key=key, dtype=dtype, **kwargs
             )
         return AttentionModel.init(key=key, dtype=dtype, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
 class DeepText(AbstractTextModel):
-    """A ``gflow.Transformer`` of ``layers`` × ``heads`` with no values, MLP or
-    LayerNorm (the one-layer model's blocks), learned positions with
-    ``positional``; its observables are the per-head ones."""
+    """A ``gflow.Transformer`` of ``layers`` × ``heads``: by default the one-layer
+    model's blocks (no value, MLP, LayerNorm or residual stream), each switched on
+    by its setting (``value``, ``d_ff``, ``layernorm``, ``residual``); learned
+    positions with ``positional`` (over ``context``) or ``max_len``. Its
+    observables are the per-head ones."""
 
     layers: int = 1
     heads: int = 1
+    d_ff: int | None = None
+    value: bool = False
+    layernorm: bool = False
+    residual: bool = False
     rows: ClassVar[bool] = False
+    parts: ClassVar[tuple[str, ...]] = tuple(AbstractTextModel.PLAIN)
 
     def draw(self, d_vocab: int, key, dtype) -> Model:
         return Transformer.init(
@@ -107,7 +158,11 @@ class DeepText(AbstractTextModel):
             init_scale=self.init_scale,
             n_layers=self.layers,
             n_heads=self.heads,
-            max_len=self.context if self.positional else None,
+            d_ff=self.d_ff,
+            value=self.value,
+            layernorm=self.layernorm,
+            residual=self.residual,
+            max_len=self.positions,
             key=key,
             dtype=dtype,
         )
@@ -123,6 +178,13 @@ class AbstractFlowMethod(Settings):
     lr: float = 0.25
     steps: int = 4000
     num_saves: int = 200
+
+    #: Whether the method is an optimizer's run, at any schedule, whose form on
+    #: fresh minibatches ``gflow train`` runs when given a batch (else it descends
+    #: the fixed loss at the constant step ``lr``).
+    optimizer_run: ClassVar[bool] = False
+    #: Whether it computes in float64 only (tolerances near float32's epsilon).
+    float64: ClassVar[bool] = False
 
     @abc.abstractmethod
     def run(self, loss: LossFn, model: Model) -> Trajectory:
@@ -168,6 +230,32 @@ class FullBatchGD(AbstractFlowMethod):
 
 
 @dataclasses.dataclass(frozen=True)
+class FullBatchOptimizer(AbstractFlowMethod):
+    """``optimizer`` (gflow's ``SGD``, ``Adam`` or ``AdamW``) at the step sizes of
+    ``schedule`` on the whole fixed sample, for ``steps`` steps, each gradient
+    clipped to global norm ``clip`` first (0: off): ``run_full_batch``'s one
+    compiled loop, which every full-batch run of a model shape shares.
+
+    The optimizer arm of ``gflow text --batch 0`` and ``gflow train --batch 0``."""
+
+    optimizer: Any = None
+    schedule: Any = None
+    clip: float = 0.0
+    optimizer_run: ClassVar[bool] = True
+
+    def run(self, loss: LossFn, model: Model) -> Trajectory:
+        return run_full_batch(
+            loss,
+            model,
+            optimizer=self.optimizer,
+            learning_rate=self.schedule,
+            steps=self.steps,
+            num_saves=self.num_saves,
+            clip=self.clip,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class IntegratedFlow(AbstractFlowMethod):
     """The flow itself, integrated by ``solver`` (a Diffrax solver object) at
     ``rtol``, ``atol``, saved at ``num_saves`` + 1 even times."""
@@ -175,6 +263,7 @@ class IntegratedFlow(AbstractFlowMethod):
     solver: Any = None
     rtol: float = 1e-5
     atol: float = 1e-7
+    float64: ClassVar[bool] = True
 
     def run(self, loss: LossFn, model: Model) -> Trajectory:
         t1 = self.steps * self.lr

@@ -59,9 +59,11 @@ class TextConfig(AbstractConfig):
     minibatches).
 
     ``model="transformer"`` trains a ``gflow.Transformer`` of ``layers`` layers of
-    ``heads`` heads (no values, MLP or LayerNorm; learned positions with
-    ``positional``) instead of the one-layer model; its observables are the per-head
-    ones (``HeadObservables``).
+    ``heads`` heads (by default no value, MLP, LayerNorm or residual stream, each
+    switched on by ``value``, ``d_ff``, ``layernorm``, ``residual``; learned
+    positions with ``positional``) instead of the one-layer model, drawn from the
+    model table ``gflow train`` uses; its observables are the per-head ones
+    (``HeadObservables``).
 
     The tracked queries' rows are measured on the fixed sample and on up to
     ``row_windows`` more windows ending at each of them (spread over the corpus), so
@@ -110,6 +112,14 @@ class TextConfig(AbstractConfig):
     )
     layers: int = setting(1, "transformer depth")
     heads: int = setting(1, "transformer heads per layer")
+    d_ff: int | None = setting(
+        None, "transformer: hidden width of a GeLU MLP per layer (default none)"
+    )
+    value: bool = setting(False, "transformer: a value and an output matrix per head")
+    layernorm: bool = setting(
+        False, "transformer: pre-LayerNorm before attention, MLP and unembedding"
+    )
+    residual: bool = setting(False, "transformer: residual streams")
     init_scale: float = setting(1e-3, "std of the initial weights")
     seed: int = setting(0, "PRNG seed of the first run")
     method: str = setting(
@@ -286,6 +296,15 @@ class TextConfig(AbstractConfig):
                 "the attention model has one layer and one head: layers and "
                 "heads > 1 need --model transformer",
             )
+        parts = {
+            k: getattr(self, k) for k in ("d_ff", "value", "layernorm", "residual")
+        }
+        if self.model in _MODELS and (
+            refused := _MODELS[self.model].refused_parts(**parts)
+        ):
+            bad("model", f"{', '.join(refused)}: parts of --model transformer")
+        if self.d_ff is not None and self.d_ff < 1:
+            bad("d_ff", f"must be >= 1 or None, got {self.d_ff}")
         if self.seeds < 1:
             bad("seeds", f"must be a positive integer, got {self.seeds}")
         if self.topk < 1:

@@ -30,9 +30,9 @@ from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.text.config import PAPER_QUERIES, TextConfig
 from gflow.runs.text.strategies import TextStrategies, text_strategies
 from gflow.text.corpus import load_corpus
-from gflow.text.fullbatch import run_full_batch
-from gflow.text.observables import TextObservables, default_queries, observe_snapshots
+from gflow.text.observables import TextObservables, default_queries, observe_saves
 from gflow.text.positional import TextLoss
+from gflow.text.strategies import FullBatchOptimizer
 from gflow.text.subword import SubwordTokenizer
 from gflow.text.tokenize import Vocabulary
 from gflow.text.train import run_minibatch
@@ -107,15 +107,10 @@ def _observed(traj: Trajectory, obs, heads, loop_s: float) -> Trajectory:
     like its other metrics); the snapshots are dropped. Records the loop's and the
     observables' wall time (compilation included)."""
     start = time.perf_counter()
-    extra = {} if obs is None else observe_snapshots(obs, traj.params)
-    for k, v in observe_snapshots(heads, traj.params).items():
+    extra = {} if obs is None else observe_saves(obs, traj)
+    for k, v in observe_saves(heads, traj).items():
         if k.startswith("head_") or k == "sv_W_A" or obs is None:
             extra[HEAD_METRICS.get(k, k)] = v
-    bad = ~np.isfinite(traj.metrics["loss"])
-    for k, v in extra.items():
-        v = v.astype(np.result_type(v.dtype, np.float32))
-        v[bad] = np.nan
-        extra[k] = v
     wall = {"loop_s": loop_s, "observe_s": time.perf_counter() - start}
     return dataclasses.replace(
         traj,
@@ -219,15 +214,13 @@ def _arm(cfg, seed, model, loss, shared, strategies) -> Trajectory:
             save_params=True,
         )
     else:
-        traj = run_full_batch(
-            loss,
-            model,
-            optimizer=strategies.optimizer,
-            learning_rate=strategies.schedule,
+        traj = FullBatchOptimizer(
             steps=cfg.opt_steps,
             num_saves=cfg.num_saves,
+            optimizer=strategies.optimizer,
+            schedule=strategies.schedule,
             clip=cfg.clip,
-        )
+        ).run(loss, model)
     arm = {
         "optimizer": cfg.optimizer,
         "batch": cfg.batch,

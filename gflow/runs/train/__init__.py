@@ -1,5 +1,7 @@
-"""``gflow train``: a Transformer trained with optax on Markov sequences or text,
-one run or a sweep over seeds and step sizes, resumable, over several processes."""
+"""``gflow train``: the attention model or a Transformer trained with optax on
+minibatches, or by GD, an optimizer or the flow on a fixed loss, on Markov sequences,
+in-context Markov chains or text; one run or a sweep over seeds and step sizes,
+resumable, over several processes."""
 
 from gflow.runs.train.config import TrainConfig as TrainConfig
 from gflow.runs.train.config import TrainRun as TrainRun
@@ -15,6 +17,8 @@ from gflow.runs.train.run import init_model as init_model
 from gflow.runs.train.run import prepare as prepare
 from gflow.runs.train.run import run_train as run_train
 from gflow.runs.train.run import write_train_run as write_train_run
+from gflow.runs.train.strategies import TrainStrategies as TrainStrategies
+from gflow.runs.train.strategies import train_strategies as train_strategies
 
 __all__ = [
     "LATER_SETTINGS",
@@ -22,8 +26,11 @@ __all__ = [
     "TrainData",
     "TrainJob",
     "TrainRun",
+    "TrainStrategies",
     "TrainSweep",
     "gather",
     "init_model",
     "prepare",
+    "run_train",
+    "train_strategies",
 ]

@@ -9,16 +9,26 @@ import dataclasses
 import math
 from pathlib import Path
 
+from gflow.dynamics.schedules import Constant
 from gflow.runs.config import (
     AbstractConfig,
     ConfigError,
     at_least,
     bad,
+    check_flow_solver,
     check_seed,
     positive,
     setting,
 )
-from gflow.runs.names import DATASETS, OPTIMIZERS, SCHEDULES
+from gflow.runs.names import (
+    DATASETS,
+    FULL_BATCH_OPTIMIZERS,
+    MODELS,
+    OPTIMIZERS,
+    SCHEDULES,
+    SOLVERS,
+    TRAINING,
+)
 from gflow.text.subword import KINDS as SUBWORD_KINDS
 from gflow.text.subword import WHITESPACE_MODES
 from gflow.text.tokenize import TOKENIZERS
@@ -35,6 +45,13 @@ LATER_SETTINGS = {
     "whitespace": "isolated",
     "states": 3,
     "alpha": 1.0,
+    "model": "transformer",
+    "method": "optimizer",
+    "windows": 256,
+    "population": False,
+    "solver": "auto",
+    "rtol": 1e-6,
+    "atol": 1e-8,
 }
 
 
@@ -69,6 +86,12 @@ class TrainConfig(AbstractConfig):
         "own, or glued to the next word as GPT-2 and SentencePiece do)",
     )
     max_chars: int | None = setting(200_000)
+    model: str = setting(
+        "transformer",
+        f"one of {', '.join(MODELS)}: the paper's one-layer AttentionModel (with "
+        "--max-len: learned positions; one layer, one head, no value, MLP, "
+        "LayerNorm or residual) or gflow.Transformer of any depth and width",
+    )
     layers: int = setting(2, "number of layers L")
     heads: int = setting(2, "attention heads per layer H")
     d_model: int = setting(16, "width m (a multiple of --heads)")
@@ -84,6 +107,28 @@ class TrainConfig(AbstractConfig):
         None, "learned positions up to this length (default none)"
     )
     init_scale: float = setting(0.02, "std of the initial weights")
+    method: str = setting(
+        "optimizer",
+        f"one of {', '.join(TRAINING)}: --optimizer on fresh minibatches (or on the "
+        "fixed sample of --windows sequences with --batch 0), full-batch GD of step "
+        "--lr on that sample, or the gradient flow on it to t = steps·lr (float64)",
+    )
+    windows: int = setting(
+        256,
+        "the fixed training sample of --method gd, flow and --batch 0: this many "
+        "sequences (a text corpus: random windows of it)",
+    )
+    population: bool = setting(
+        False,
+        "--data markov, --model attention: descend the exact population loss "
+        "instead of a fixed sample (--method gd, flow or --batch 0)",
+    )
+    solver: str = setting(
+        "auto",
+        f"the flow's solver (--method flow): one of {', '.join(SOLVERS)}",
+    )
+    rtol: float = setting(1e-6, "the flow's relative tolerance")
+    atol: float = setting(1e-8, "the flow's absolute tolerance")
     optimizer: str = setting("adamw", f"one of {', '.join(OPTIMIZERS)}")
     lr: float = setting(0.003, "peak step size η")
     schedule: str = setting("constant", f"one of {', '.join(SCHEDULES)}")
@@ -91,7 +136,11 @@ class TrainConfig(AbstractConfig):
     beta: float = setting(0.9, "momentum β / Adam β₁")
     weight_decay: float = setting(0.01, "AdamW's decoupled weight decay")
     steps: int = setting(300, "optimizer steps")
-    batch: int = setting(32, "sequences per minibatch")
+    batch: int = setting(
+        32,
+        "sequences per minibatch; 0: the optimizer descends the fixed sample "
+        "(--windows) or the population, full batch (sgd, adam, adamw)",
+    )
     seq_len: int = setting(64, "context length s")
     eval_batch: int = setting(128, "held-out sequences the metrics use")
     num_saves: int = setting(31, "saved times")
@@ -99,9 +148,24 @@ class TrainConfig(AbstractConfig):
     seed: int = setting(0, "PRNG seed of weights, batches and the held-out sample")
     x64: bool = setting(False, "float64 (default float32)", flag="--float64")
 
+    @classmethod
+    def complete(cls, settings: dict) -> dict:
+        """A float64-only method (the flow) computes in float64 whatever ``x64``
+        says; a model that takes no layers or heads (the attention model) has
+        one of each unless told otherwise (then it is refused)."""
+        method, model = settings.get("method"), settings.get("model")
+        if method in TRAINING and TRAINING[method].float64:
+            settings["x64"] = True
+        if model in MODELS and "layers" not in MODELS[model].parts:
+            settings.setdefault("layers", 1)
+            settings.setdefault("heads", 1)
+        return settings
+
     def check(self):
-        for name in ("layers", "heads", "d_model", "batch", "seq_len", "eval_batch"):
+        for name in ("layers", "heads", "d_model", "seq_len", "eval_batch"):
             at_least(name, getattr(self, name), 1)
+        at_least("batch", self.batch, 0)
+        at_least("windows", self.windows, 1)
         if self.d_model % self.heads:
             bad("d_model", f"must be a multiple of heads = {self.heads}")
         for name in ("d_ff", "max_len", "max_chars"):
@@ -121,8 +185,7 @@ class TrainConfig(AbstractConfig):
             bad("weight_decay", f"must be >= 0 and finite, got {self.weight_decay}")
         at_least("steps", self.steps, 1)
         at_least("num_saves", self.num_saves, 2)
-        if not 1 <= self.segments <= self.steps:
-            bad("segments", f"must lie in [1, steps], got {self.segments}")
+        at_least("segments", self.segments, 1)
         at_least("vocab_size", self.vocab_size, 2)
         if self.tokenizer not in TOKENIZER_NAMES:
             bad("tokenizer", f"must be one of {', '.join(TOKENIZER_NAMES)}")
@@ -148,6 +211,84 @@ class TrainConfig(AbstractConfig):
                 f"{self.data!r} is neither one of {', '.join(DATASETS)} nor a text "
                 "file or folder",
             )
+        self._check_method()
+        self._check_model()
+
+    @property
+    def minibatches(self) -> bool:
+        """Whether the run descends fresh minibatches (else a fixed loss: the
+        sample of ``windows`` sequences, or the population)."""
+        return TRAINING[self.method].optimizer_run and self.batch > 0
+
+    @property
+    def label(self) -> str:
+        """What descends, as the command's summary names it: the optimizer (on
+        the full sample with batch 0), GD or the flow."""
+        if not TRAINING[self.method].optimizer_run:
+            return self.method
+        return self.optimizer if self.batch else f"{self.optimizer} (full batch)"
+
+    def _check_method(self) -> None:
+        TRAINING.check("method", self.method)
+        SOLVERS.check("solver", self.solver)
+        check_flow_solver(self.solver)
+        for name in ("rtol", "atol"):
+            positive(name, getattr(self, name))
+        method = TRAINING[self.method]
+        if self.minibatches and self.segments > self.steps:
+            bad("segments", f"must lie in [1, steps], got {self.segments}")
+        scheduled = not isinstance(self.step_schedule(), Constant)
+        if not method.optimizer_run and scheduled:
+            bad(
+                "schedule",
+                f"--method {self.method} takes a constant step (its clock is "
+                "t = steps·lr); a scheduled full-batch run is --method optimizer "
+                "--batch 0",
+            )
+        if method.optimizer_run and not self.minibatches:
+            if self.optimizer not in FULL_BATCH_OPTIMIZERS:
+                bad(
+                    "optimizer",
+                    f"{self.optimizer} has no full-batch loop; with --batch 0 use "
+                    f"one of {', '.join(FULL_BATCH_OPTIMIZERS)}",
+                )
+        if method.float64 and not self.x64:
+            bad("x64", "the flow needs float64 (tolerances near float32 epsilon)")
+
+    def _check_model(self) -> None:
+        MODELS.check("model", self.model)
+        settings = dataclasses.asdict(self)
+        refused = MODELS[self.model].refused_parts(**settings)
+        if refused:
+            bad(
+                "model",
+                f"the {self.model} model has one layer, one head and no value, "
+                f"MLP, LayerNorm or residual stream; drop {', '.join(refused)} "
+                "(--layers 1 --heads 1) or use --model transformer",
+            )
+        if self.population:
+            if self.minibatches:
+                bad(
+                    "population",
+                    "the population loss is descended whole: give --method gd or "
+                    "flow, or --batch 0",
+                )
+            try:
+                if self.data not in DATASETS:
+                    raise ValueError("a text corpus")
+                DATASETS.build(self.data, **settings).population_loss()
+            except ValueError:
+                bad(
+                    "population",
+                    f"{self.data!r} has no exact population loss here; the "
+                    "paper's chain has (--data markov)",
+                )
+            if not MODELS.build(self.model, **settings).has_population_loss:
+                bad(
+                    "population",
+                    "the exact population loss is the attention model's: "
+                    "--model attention, without positions",
+                )
 
     @property
     def save_every(self) -> int:

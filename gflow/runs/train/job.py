@@ -54,10 +54,16 @@ class TrainJob(AbstractJob[TrainRun]):
 
     command = "train"
     config_type = TrainRun
-    help = "train a multi-layer, multi-head Transformer and find per-head stages"
+    help = (
+        "train the attention model or a Transformer (optimizer, GD or the flow) and "
+        "find per-head stages"
+    )
     description = (
-        "Train a causal Transformer with an optax optimizer on fresh minibatches "
-        "(Markov sequences or a text corpus) on the shared clock t = Σ η; record the "
+        "Train the paper's attention model or a causal Transformer of any depth, "
+        "width and parts with an optax optimizer on fresh minibatches, or descend a "
+        "fixed sample (or the Markov population loss) with the optimizer, GD or the "
+        "gradient flow (Markov sequences, in-context Markov chains or a text corpus "
+        "with any tokeniser), on the shared clock t = Σ η; record the "
         "loss and per-head attention observables on a held-out sample; write "
         "config.json, metrics, parameter snapshots, per-head stages.json and "
         "figures. Checkpointed after each segment: an interrupted run continues "
@@ -166,7 +172,7 @@ class TrainJob(AbstractJob[TrainRun]):
             )
 
     def summary(self, result: TrainResult) -> str:
-        opt = result.plan.cfg.base.optimizer
+        opt = result.plan.cfg.base.label
         lines = []
         for name, (_, _, traj) in result.runs.items():
             loss = traj.metrics["loss"]

@@ -1,18 +1,28 @@
-"""A configured training run of a deep Transformer (``gflow train``), resumable.
+"""A configured training run (``gflow train``), resumable.
 
-Data are Markov sequences (``data="markov"``: the default chain, fresh minibatches
-every step) or a text file or folder (random windows of its tokens). The optimizer
-(SGD, momentum, Adam or AdamW, constant or warmup-cosine step size) runs on fresh
-minibatches on the shared clock t = Σ η_k; the loss and the per-head observables are
-recorded on a fixed held-out sample. The run is cut into ``segments`` pieces, each
-checkpointed by the driver of ``gflow.runs.checkpoint`` with the model and the
-optimizer state, so an interrupted run resumes bit for bit.
+The model is the paper's one-layer attention model or a ``gflow.Transformer`` of
+any depth and width (``gflow.runs.names.MODELS``, the table ``gflow text`` draws
+its models from too). Data are Markov sequences (``data="markov"``: the default
+chain), in-context Markov chains, or a text file or folder (random windows of its
+tokens). The run descends either
+
+- fresh minibatches: the optimizer (SGD, momentum, Adam or AdamW, constant or
+  warmup-cosine step size) on the shared clock t = Σ η_k, cut into ``segments``
+  pieces, each checkpointed with the model and the optimizer state, so an
+  interrupted run resumes bit for bit; or
+- a fixed loss (the population loss of the chain, or ``windows`` sequences drawn
+  once): full-batch GD, the gradient flow itself, or the optimizer on the full
+  sample, the same method objects as ``gflow text``'s (``FullBatchGD``,
+  ``IntegratedFlow``, ``FullBatchOptimizer``), saved as one piece.
+
+Either way the loss and the per-head observables are recorded on a fixed held-out
+sample.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
+import json
 from pathlib import Path
 
 import equinox as eqx
@@ -22,21 +32,25 @@ import optax
 
 from gflow.analysis.head_observables import HeadObservables
 from gflow.analysis.head_stages import HeadStage, detect_head_stages
+from gflow.array_types import LossFn, Model
 from gflow.dynamics.minibatch import minibatch_segment
+from gflow.dynamics.optimizers import AbstractOptimizer
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import SequenceLoss, sequence_loss
-from gflow.problems.transformer import Transformer
 from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
 from gflow.runs.files import write_json
-from gflow.runs.names import DATASETS, OPTIMIZERS, TOKENIZERS
+from gflow.runs.names import DATASETS, TOKENIZERS
 from gflow.runs.sources import AbstractSource
 from gflow.runs.train.config import LATER_SETTINGS, TrainConfig
+from gflow.runs.train.strategies import TrainStrategies, train_strategies
 from gflow.runs.trajectory_files import (
     param_columns,
     params_from_columns,
     save_trajectory,
 )
 from gflow.text.corpus import load_corpus
+from gflow.text.observables import observe_saves
+from gflow.text.strategies import AbstractFlowMethod
 from gflow.text.subword import SubwordTokenizer
 from gflow.text.tokenize import Vocabulary
 from gflow.text.windows import WindowStream, fixed_sample
@@ -53,87 +67,66 @@ class TrainData:
     vocab: Vocabulary | None = None
     tokenizer: SubwordTokenizer | None = None  # a trained subword tokeniser
     source: AbstractSource | None = None  # a named sequence data set
+    #: what a run on a fixed loss descends (``TrainConfig.minibatches`` False):
+    #: the population loss, or the loss of ``windows`` sequences drawn once
+    fixed_loss: LossFn | None = None
 
 
 def prepare(cfg: TrainConfig) -> TrainData:
-    """The minibatch stream and the held-out sample of ``cfg.data``."""
+    """The minibatch stream and the held-out sample of ``cfg.data``, and the fixed
+    loss of a run that descends one (``TrainConfig.minibatches`` False)."""
     key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
+    # the fixed sample's key: apart from the held-out sample and the minibatches
+    fixed_key = jax.random.fold_in(jax.random.key(cfg.seed), 3)
     length = cfg.seq_len + 1
     if cfg.data in DATASETS:
         source = DATASETS.build(cfg.data, **dataclasses.asdict(cfg))
         sample = source.sample(key=key, batch=cfg.eval_batch, length=length)
         refs = source.references(length, key=jax.random.fold_in(key, 1))
-        stream = source.stream(batch=cfg.batch, length=length)
-        return TrainData(
-            source.d_vocab, stream, np.asarray(sample), refs, source=source
+        data = TrainData(
+            source.d_vocab,
+            source.stream(batch=max(1, cfg.batch), length=length),
+            np.asarray(sample),
+            refs,
+            source=source,
         )
-    text = load_corpus(cfg.data, max_chars=cfg.max_chars)
-    tokenization = TOKENIZERS.build(cfg.tokenizer, **dataclasses.asdict(cfg))
-    toks, vocab, subword = tokenization.cut(text)
-    ids = vocab.encode(toks)
-    sample = fixed_sample(ids, length=cfg.seq_len, num=cfg.eval_batch)
-    stream = WindowStream(ids, length=cfg.seq_len, batch=cfg.batch)
-    freq = np.asarray(vocab.frequencies)
-    unigram = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
-    refs = {"unigram_loss": unigram}
-    return TrainData(len(vocab), stream, sample, refs, vocab, subword)
-
-
-def init_model(cfg: TrainConfig, d_vocab: int) -> Transformer:
-    """The initial Transformer, drawn in one jitted program (compiled once per
-    architecture: the key is traced, so the seeds of a sweep share it)."""
-    shape = (
-        cfg.d_model,
-        cfg.layers,
-        cfg.heads,
-        cfg.init_scale,
-        cfg.d_ff,
-        cfg.value,
-        cfg.layernorm,
-        cfg.residual,
-        cfg.max_len,
-        cfg.x64,
+        if cfg.population:
+            return dataclasses.replace(data, fixed_loss=source.population_loss())
+        draw = source.stream(batch=cfg.windows, length=length)
+    else:
+        text = load_corpus(cfg.data, max_chars=cfg.max_chars)
+        tokenization = TOKENIZERS.build(cfg.tokenizer, **dataclasses.asdict(cfg))
+        toks, vocab, subword = tokenization.cut(text)
+        ids = vocab.encode(toks)
+        sample = fixed_sample(ids, length=cfg.seq_len, num=cfg.eval_batch)
+        stream = WindowStream(ids, length=cfg.seq_len, batch=max(1, cfg.batch))
+        freq = np.asarray(vocab.frequencies)
+        unigram = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
+        refs = {"unigram_loss": unigram}
+        data = TrainData(len(vocab), stream, sample, refs, vocab, subword)
+        draw = WindowStream(ids, length=cfg.seq_len, batch=cfg.windows)
+    if cfg.minibatches:
+        return data
+    tokens = np.asarray(draw(fixed_key))  # ``windows`` sequences, drawn once
+    return dataclasses.replace(
+        data, fixed_loss=SequenceLoss(tokens, d_vocab=data.d_vocab)
     )
-    return _initializer(d_vocab, *shape)(jax.random.key(cfg.seed))
 
 
-@functools.lru_cache(maxsize=8)
-def _initializer(
-    d_vocab,
-    d_model,
-    layers,
-    heads,
-    scale,
-    d_ff,
-    value,
-    layernorm,
-    residual,
-    max_len,
-    x64,
-):
-    return eqx.filter_jit(
-        lambda key: Transformer.init(
-            d_vocab=d_vocab,
-            d_model=d_model,
-            n_layers=layers,
-            n_heads=heads,
-            key=key,
-            init_scale=scale,
-            d_ff=d_ff,
-            value=value,
-            layernorm=layernorm,
-            residual=residual,
-            max_len=max_len,
-            dtype=np.float64 if x64 else np.float32,
-        )
-    )
+def init_model(cfg: TrainConfig, d_vocab: int, strategies=None) -> Model:
+    """The initial model (``cfg.model``: the attention model or a Transformer),
+    drawn in one jitted program (compiled once per architecture: the key is
+    traced, so the seeds of a sweep share it)."""
+    model = (strategies or train_strategies(cfg)).model
+    dtype = np.float64 if cfg.x64 else np.float32
+    return model.init(d_vocab, jax.random.key(cfg.seed), dtype)
 
 
 #: One optax transformation per method and schedule (``_transform``).
 _TRANSFORMS: dict[tuple, optax.GradientTransformation] = {}
 
 
-def _transform(cfg: TrainConfig):
+def _transform(cfg: TrainConfig, optimizer: AbstractOptimizer):
     """(step size, the transformation to run, the one whose ``init`` gives this
     run's optimizer state).
 
@@ -145,9 +138,6 @@ def _transform(cfg: TrainConfig):
     schedule's peak is inside the schedule: one transformation per schedule.
     """
     lr = cfg.learning_rate()
-    optimizer = OPTIMIZERS.build(
-        cfg.optimizer, beta=cfg.beta, weight_decay=cfg.weight_decay
-    )
     mine = optimizer.transform(lr)
     key = (optimizer, cfg.schedule)
     if callable(lr):  # a schedule, not a number the state holds
@@ -158,6 +148,8 @@ def _transform(cfg: TrainConfig):
 
 
 _FINAL, _OPT = "final:", "opt:"
+#: A piece's columns that are not saved times: the last status, the divergence.
+_SCALARS = (STATUS, "diverged_step", "stats")
 
 
 def run_train(
@@ -167,29 +159,96 @@ def run_train(
     checkpoint_dir,
     progress=None,
     read_only: bool = False,
+    strategies: TrainStrategies | None = None,
 ) -> Trajectory:
     """Train as ``cfg`` says, resuming from the pieces found in ``checkpoint_dir``.
 
+    On fresh minibatches (``cfg.minibatches``) the run is cut into
+    ``cfg.segments`` pieces; a run that descends a fixed loss
+    (``data.fixed_loss``: GD, the flow, or the optimizer on the full sample) is
+    one piece, its observables taken from its parameter snapshots afterwards.
+
     ``progress(i, pieces, resumed)`` is called after each piece. ``read_only``: a
     run finished elsewhere, read back; FileNotFoundError if a piece is missing.
+    ``strategies``: what the names of ``cfg`` stand for (default: built from them).
     """
-    model = init_model(cfg, data.d_vocab)
-    lr, optimizer, own = _transform(cfg)
+    strategies = strategies or train_strategies(cfg)
+    model = init_model(cfg, data.d_vocab, strategies)
     eval_loss = SequenceLoss(data.eval_tokens)
     obs = HeadObservables.default(data.eval_tokens[:64], data.d_vocab)
-    key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
-    params, _ = eqx.partition(model, eqx.is_inexact_array)
-    state0 = own.init(params)
     settings = {
         k: v
         for k, v in dataclasses.asdict(cfg).items()
         if k not in LATER_SETTINGS or v != LATER_SETTINGS[k]
     }
-    fp = fingerprint(model, eval_loss, obs, settings=settings)
+    if cfg.minibatches:
+        fp = fingerprint(model, eval_loss, obs, settings=settings)
+        compute = _minibatch_pieces(cfg, data, model, eval_loss, obs, strategies)
+        count = cfg.segments
+    else:
+        fp = fingerprint(model, eval_loss, obs, data.fixed_loss, settings=settings)
+        compute = _fixed_piece(data, model, eval_loss, obs, strategies.method)
+        count = 1
 
-    def compute(i, previous):
+    def checked(i, previous):
         if read_only:
             raise FileNotFoundError(f"{checkpoint_dir} has no segment {i}")
+        return compute(i, previous)
+
+    resumed_pieces = []
+
+    def finished(i, columns, resumed):
+        resumed_pieces.append(resumed)
+        if progress is not None:
+            progress(i, count, resumed)
+
+    pieces = run_pieces(
+        PieceStore(checkpoint_dir, "segment", fp), count, checked, finished=finished
+    )
+    last = dict(pieces[-1])
+    final = params_from_columns(last, model, _FINAL)
+    skip = (_FINAL, _OPT)
+    names = [k for k in pieces[0] if k not in _SCALARS and not k.startswith(skip)]
+    merged = {k: np.concatenate([p[k] for p in pieces]) for k in names}
+    t = merged.pop("t")
+    snaps = params_from_columns(merged, model)
+    merged.update(_task_observables(data, snaps, len(t)))
+    status = str(last[STATUS])
+    if cfg.minibatches:
+        stats = {
+            "steps": cfg.piece_steps * len(pieces),
+            "save_every": cfg.save_every,
+            "segments": cfg.segments,
+        }
+    else:
+        stats = json.loads(str(last["stats"]))
+    stats["resumed_pieces"] = int(sum(resumed_pieces))
+    bad = int(last["diverged_step"])
+    if bad >= 0:
+        stats["diverged_step"] = bad
+    info = {"kind": "train", "optimizer": cfg.optimizer, "schedule": cfg.schedule}
+    if not cfg.minibatches:
+        info["method"] = cfg.method
+    return Trajectory(
+        t=t,
+        metrics=merged,
+        final=final,
+        params=snaps,
+        status=status,
+        stats=stats,
+        info=info,
+    )
+
+
+def _minibatch_pieces(cfg, data, model, eval_loss, obs, strategies):
+    """``compute(i, previous)`` of a run on fresh minibatches: segment i of the
+    optimizer's loop, from the model and optimizer state piece i − 1 ended with."""
+    lr, optimizer, own = _transform(cfg, strategies.optimizer)
+    key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
+    params, _ = eqx.partition(model, eqx.is_inexact_array)
+    state0 = own.init(params)
+
+    def compute(i, previous):
         start = i * cfg.piece_steps
         current, state, t0 = model, state0, 0.0
         if previous is not None:
@@ -221,47 +280,43 @@ def run_train(
         columns[STATUS] = np.asarray(traj.status)
         return columns
 
-    resumed_pieces = []
+    return compute
 
-    def finished(i, columns, resumed):
-        resumed_pieces.append(resumed)
-        if progress is not None:
-            progress(i, cfg.segments, resumed)
 
-    pieces = run_pieces(
-        PieceStore(checkpoint_dir, "segment", fp),
-        cfg.segments,
-        compute,
-        finished=finished,
-    )
-    last = dict(pieces[-1])
-    final = params_from_columns(last, model, _FINAL)
-    skip = (_FINAL, _OPT)
-    names = [k for k in pieces[0] if k not in (STATUS, "diverged_step")]
-    names = [k for k in names if not k.startswith(skip)]
-    merged = {k: np.concatenate([p[k] for p in pieces]) for k in names}
-    t = merged.pop("t")
-    snaps = params_from_columns(merged, model)
-    merged.update(_task_observables(data, snaps, len(t)))
-    status = str(last[STATUS])
-    stats = {
-        "steps": cfg.piece_steps * len(pieces),
-        "save_every": cfg.save_every,
-        "segments": cfg.segments,
-        "resumed_pieces": int(sum(resumed_pieces)),
-    }
-    bad = int(last["diverged_step"])
-    if bad >= 0:
-        stats["diverged_step"] = bad
-    return Trajectory(
-        t=t,
-        metrics=merged,
-        final=final,
-        params=snaps,
-        status=status,
-        stats=stats,
-        info={"kind": "train", "optimizer": cfg.optimizer, "schedule": cfg.schedule},
-    )
+class HeldOut(eqx.Module):
+    """The held-out loss and the head observables of a model, as one callable
+    (its arrays traced: one compiled evaluation for every run of a shape)."""
+
+    loss: SequenceLoss
+    observables: HeadObservables
+
+    def __call__(self, model) -> dict:
+        return {"loss": self.loss(model), **self.observables(model)}
+
+
+def _fixed_piece(data, model, eval_loss, obs, method: AbstractFlowMethod):
+    """``compute(0, None)`` of a run on a fixed loss: the whole run of ``method``
+    (GD, the flow or the full-batch optimizer) on ``data.fixed_loss``, its
+    descended loss kept as ``train_loss`` and ``loss`` the held-out one, as on
+    minibatches, with the head observables, each from the saved parameters (NaN
+    after a divergence)."""
+
+    held_out = HeldOut(eval_loss, obs)
+
+    def compute(i, previous):
+        traj = method.run(data.fixed_loss, model)
+        metrics = {k: v for k, v in traj.metrics.items() if k != "loss"}
+        metrics["train_loss"] = traj.metrics["loss"]
+        metrics.update(observe_saves(held_out, traj))
+        columns = {"t": np.asarray(traj.t), **metrics, **param_columns(traj.params)}
+        columns.update(param_columns(traj.final, _FINAL))
+        stats = {k: v for k, v in traj.stats.items() if k != "diverged_step"}
+        columns["stats"] = np.asarray(json.dumps(stats, default=float))
+        columns["diverged_step"] = np.asarray(traj.stats.get("diverged_step", -1))
+        columns[STATUS] = np.asarray(traj.status)
+        return columns
+
+    return compute
 
 
 def _task_observables(data: TrainData, snaps, n: int) -> dict[str, np.ndarray]:
