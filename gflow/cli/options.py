@@ -159,12 +159,12 @@ def resolve(job: AbstractJob, args) -> Request:
         directory = RunDirectory(args.resume)
         saved = directory.read_config(job.config_type, job.command, "--resume")
         flags = _flag_of(job)
-        changed = {p: v for p, v in options.items() if saved.value(p) != v}
+        changed = {p: v for p, v in options.items() if saved.setting_at(p) != v}
         drop = [flags[p] for p in changed]
         if args.out is not None and Path(args.out) != Path(args.resume):
             drop.append("--out")  # a resumed run stays in its directory
         if drop:
-            had = ", ".join(f"{p} = {_shown(saved.value(p))}" for p in changed)
+            had = ", ".join(f"{p} = {_shown(saved.setting_at(p))}" for p in changed)
             raise UsageError(
                 f"--resume continues a run as configured; drop {', '.join(drop)}"
                 + (f" (the run has {had})" if had else "")

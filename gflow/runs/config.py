@@ -339,8 +339,9 @@ class AbstractConfig:
             place[name] = list(value) if isinstance(value, tuple) else value
         return cls.from_json(settings)
 
-    def value(self, path: str):
-        """The value of the setting at the dotted ``path``."""
+    def setting_at(self, path: str):
+        """The value of the setting at the dotted ``path`` (not ``value``: a
+        configuration may have a setting of that name)."""
         out = self
         for part in path.split("."):
             out = getattr(out, part)
