@@ -311,4 +311,55 @@ def test_the_beyond_gd_experiment_writes_its_table_and_figure(tmp_path):
     assert rec["edge"] == 2.0 and rec["edge_index"] is not None
     text = module.table([rec])
     assert text.count("\n") == 2 and "| rmsprop-toy | 1 | 2 |" in text
-    assert module.figure([rec], tmp_path).exists()
+    assert module.figure([[rec]], tmp_path).exists()
+
+
+def _beyond_gd_record(seed, central_end, edge_index=2, finite=True):
+    """A hand-built run record of central_flows_beyond_gd (three saves)."""
+    return {
+        "case": "rmsprop-markov",
+        "problem": "markov",
+        "optimizer": "rmsprop",
+        "seed": seed,
+        "eta": 0.2,
+        "edge": 10.0,
+        "t": [0.0, 8.0, 100.0],
+        "edge_index": edge_index,
+        "finite": finite,
+        "central_distance": [0.0, 1.0 + seed, central_end],
+        "stable_distance": [0.0, 2.0, 2.5],
+        "run_loss": [0.7, 0.6, 0.5 + seed / 100],
+        "central_loss": [0.7, 0.6, 0.51],
+        "stable_loss": [0.7, 0.6, 0.4],
+        "seconds": 60.0 * (seed + 1),
+    }
+
+
+def test_the_beyond_gd_table_over_seeds_gives_median_range_and_counts():
+    from experiments import central_flows_beyond_gd as module
+
+    by_seed = {
+        "0": {"cases": {"rmsprop-markov": _beyond_gd_record(0, 0.3)}},
+        "1": {"cases": {"rmsprop-markov": _beyond_gd_record(1, 3.0, edge_index=None)}},
+        "2": {"cases": {"rmsprop-markov": _beyond_gd_record(2, 0.4, finite=False)}},
+    }
+    text = module.seeds_table(by_seed)
+    assert "seeds 0, 1, 2" in text
+    row = next(line for line in text.splitlines() if line.startswith("| rmsprop"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # the edge is reached in 2 of 3 seeds (t = 100); before it the largest distance
+    # (1 + seed), over the whole run where there is no edge (seed 1: 3.0 at the end)
+    assert cells[3:6] == ["100 [100, 100] (2/3)", "2/3", "3 [1, 3]"]
+    assert cells[7:10] == ["0.4 [0.3, 3]", "2.5 [2.5, 2.5]", "2/3"]
+    assert cells[10] == "0.51 [0.5, 0.52]" and cells[12] == "0.4 [0.4, 0.4]"
+    toys = {"rmsprop-toy": {"seconds": 2.0}, "adam-toy": {"seconds": 3.0}}
+    markov = {"seeds": by_seed, "seconds": 360.0, "uptime_at_start": "load 0.5"}
+    line = module.note(toys, markov, "0,1,2")
+    assert "load after each seed" not in line  # seeds run before it was kept
+    assert "have no seed" in line and "ran once (5 s)" in line
+    assert "from seeds 0, 1, 2 in 6.0 min of runs (1.0, 2.0, 3.0 min per seed)" in line
+    assert "`load 0.5`." in line and "--seeds 0,1,2 --write-docs" in line
+    for i, v in enumerate(by_seed.values()):
+        v["load_after"] = 1.0 + i
+    line = module.note(toys, markov, "0,1,2")
+    assert "`load 0.5`, 1-minute load after each seed: 1.00, 2.00, 3.00." in line
