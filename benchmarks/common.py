@@ -12,14 +12,18 @@ import jax
 import numpy as np
 
 RESULTS = Path(__file__).parent / "results"
+#: the seed of the default flow's initial weights (``jax.random.key``), the one every
+#: timing of it uses
+SEED = 0
 
 
 def default_problem():
-    """(loss_fn, model) of the default flow: MarkovChain.default(), m=32, ε=1e-3."""
+    """(loss_fn, model) of the default flow: MarkovChain.default(), m=32, ε=1e-3,
+    initial weights from ``jax.random.key(SEED)``."""
     from gflow import AttentionModel, MarkovChain, PopulationLoss
 
     model = AttentionModel.init(
-        d_vocab=4, d_model=32, init_scale=1e-3, key=jax.random.key(0)
+        d_vocab=4, d_model=32, init_scale=1e-3, key=jax.random.key(SEED)
     )
     return PopulationLoss(MarkovChain.default()), model
 

@@ -218,7 +218,8 @@ def table(record: dict) -> str:
         "compile_cache`) times whole processes with `/usr/bin/time -f %e`: a bare "
         f'`python -c "{IMPORT}"`, `import gflow`, and the default '
         "`gflow --quiet flow` with the compilation cache off, with an empty cache "
-        "folder (first run) and again in a new process with that folder warm. "
+        "folder (first run) and again in a new process with that folder warm "
+        "(one seed, the command's default `--seed 0`: a timing). "
         f"{m['cores']} cores, {m['date']}, jax {m['jax']}, equinox {m['equinox']}, "
         f"diffrax {m['diffrax']}; the fastest of {len(record['repeats'])} repeats "
         f"that started at a 1-minute load average of at most {record['max_load']}"

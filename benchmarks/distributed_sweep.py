@@ -167,7 +167,8 @@ def table(record: dict) -> str:
             else ""
         )
         + ". Members equal to one process's in every run: "
-        + ("yes." if record["members_equal"] else "NO."),
+        + ("yes." if record["members_equal"] else "NO.")
+        + " One seed, the command's default (`--seed 0`): a timing.",
         "",
         "| processes | wall time | members (shared part) | load at start → end |",
         "| ---: | ---: | ---: | ---: |",

@@ -988,15 +988,23 @@ def write_docs(text: str, path: Path = DOC) -> None:
     _docs.replace_block(path, "<!-- table:start -->", "<!-- table:end -->", text)
 
 
-def run_line(uptime: str, loads: tuple[float, ...], walls: dict[str, float]) -> str:
-    """The generated line next to the command: wall times and the load at the start
-    (``loads``: the 1- and 5-minute load averages, the larger of those at the start
-    and the end; said when either is above 1.5)."""
+def run_line(
+    uptime: str,
+    loads: tuple[float, ...],
+    walls: dict[str, float],
+    seeds: tuple[int, ...],
+) -> str:
+    """The generated line next to the command: wall times, the seeds of the claims
+    table (``Config.seeds``; the two other blocks state theirs) and the load at the
+    start (``loads``: the 1- and 5-minute load averages, the larger of those at the
+    start and the end; said when either is above 1.5)."""
     parts = ", ".join(f"{k} {v / 60:.1f} min" for k, v in walls.items())
     total = sum(walls.values())
     text = (
         f"Last full regeneration: `{CMD}` took {total / 60:.1f} minutes ({parts}); "
-        f"`uptime` at the start: `{uptime}`."
+        f"`uptime` at the start: `{uptime}`. The claims table's rows on the default "
+        f"flow ran from init seeds {', '.join(map(str, seeds))}, its ablations from "
+        "seed 0; the t = 10 000 and robustness blocks state their own seeds."
     )
     if max(loads) > 1.5:
         text += (
@@ -1074,7 +1082,9 @@ def main() -> None:
     total = time.perf_counter() - t0
     # the load at the end too: other jobs may have started during the run
     loads = tuple(max(a, b) for a, b in zip(loads, os.getloadavg()[:2]))
-    _docs.replace_block(DOC, RUN_START, RUN_END, run_line(uptime, loads, walls))
+    _docs.replace_block(
+        DOC, RUN_START, RUN_END, run_line(uptime, loads, walls, cfg.seeds)
+    )
     print(f"total wall time {total:.0f} s ({total / 60:.1f} min); {walls}", flush=True)
 
 

@@ -130,3 +130,11 @@ def test_no_verdict_text_breaks_a_markdown_table(mc):
         mc.superseded_cell("3", {}),
     ]
     assert not any("|" in x for x in texts)
+
+
+def test_the_run_line_states_the_seeds_and_a_busy_machine(mc):
+    line = mc.run_line("load average: 0.5", (0.5, 1.7), {"markov_cycle": 60.0}, (0, 1))
+    assert "took 1.0 minutes (markov_cycle 1.0 min)" in line
+    assert "init seeds 0, 1, its ablations from seed 0" in line
+    assert "above 1.5 (1 and 5 minutes: 0.50, 1.70)" in line
+    assert "above 1.5" not in mc.run_line("x", (0.5, 0.6), {"a": 1.0}, (0,))
