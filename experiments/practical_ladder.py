@@ -54,7 +54,12 @@ OUT = ROOT / "experiments" / "results" / "practical_ladder"
 DOC = ROOT / "docs" / "practical_models.md"
 START, END = "<!-- practical_ladder:start -->", "<!-- practical_ladder:end -->"
 CONTROL = ("<!-- practical_controls:start -->", "<!-- practical_controls:end -->")
+TEXT = ("<!-- practical_text:start -->", "<!-- practical_text:end -->")
 FIGURE = ROOT / "docs" / "figures" / "practical_ladder.png"
+TEXT_FIGURE = ROOT / "docs" / "figures" / "practical_ladder_text.png"
+#: The vocabulary of the BPE corpora (``--text``): 128 pieces, of which about 60 are
+#: the corpus's characters, so the merges make the common words and ▁-word pieces.
+TEXT_VOCAB = 128
 
 #: (name, the Transformer.init settings of the rung): each adds one change.
 RUNGS = (
@@ -190,6 +195,64 @@ def iid_data(cfg: Config) -> dc.Data:
     )
 
 
+#: The subword corpora of ``--text``: name -> (file under ../shared/data, whitespace
+#: mode). ``prefix`` glues ▁ to the next word as GPT-2's tokenisers do; ``isolated``
+#: keeps it a piece of its own, the last token of about half the windows.
+CORPORA = {
+    "tinystories-bpe-prefix": ("tinystories/sample.txt", "prefix"),
+    "tinystories-bpe-isolated": ("tinystories/sample.txt", "isolated"),
+    "wikitext-bpe-prefix": ("wikitext2/valid.txt", "prefix"),
+    "wikitext-bpe-isolated": ("wikitext2/valid.txt", "isolated"),
+}
+DATA_ROOT = ROOT.parent / "shared" / "data"
+
+
+def bpe_data(cfg: Config, name: str) -> dc.Data:
+    """A corpus cut by a BPE tokeniser of ``cfg.vocab_size`` pieces trained on it
+    (offline), in the whitespace mode of ``CORPORA[name]``; the last
+    ``held_out_fraction`` of the pieces is held out (the evaluation sample), the
+    rest trains (GD samples and the minibatch stream), as ``deep_cycle.text_data``
+    does with words."""
+    from gflow.text import (
+        SubwordTokenizer,
+        Vocabulary,
+        WindowStream,
+        fixed_sample,
+        load_corpus,
+    )
+
+    file, whitespace = CORPORA[name]
+    text = load_corpus(DATA_ROOT / file, max_chars=cfg.max_chars)
+    tok = SubwordTokenizer.train(
+        text, kind="bpe", vocab_size=cfg.vocab_size, whitespace=whitespace
+    )
+    pieces = tok(text)
+    vocab = Vocabulary.build(pieces, tok.vocab_size)
+    ids = vocab.encode(pieces)
+    cut = int(len(ids) * (1 - cfg.held_out_fraction))
+    train, held = ids[:cut], ids[cut:]
+    freq = np.bincount(train, minlength=len(vocab)) / len(train)
+    unigram = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
+    held_out = fixed_sample(held, length=cfg.context, num=cfg.eval_batch)
+
+    def gd_sample(seed):
+        key = jax.random.fold_in(jax.random.key(seed), 1)
+        return WindowStream(train, length=cfg.context, batch=cfg.gd_sample)(key)
+
+    top = vocab.tokens[int(np.argmax(freq))]
+    return dc.Data(
+        name,
+        len(vocab),
+        gd_sample,
+        WindowStream(train, length=cfg.context, batch=cfg.batch),
+        held_out,
+        unigram,
+        None,
+        f"{file}, {len(ids)} BPE pieces ({cfg.max_chars} characters, {len(vocab)} "
+        f"pieces, ▁ {whitespace}), most frequent {top!r} ({freq.max():.0%})",
+    )
+
+
 def load_data(cfg: Config) -> dict[str, dc.Data]:
     out = {}
     for name in cfg.datasets:
@@ -199,9 +262,72 @@ def load_data(cfg: Config) -> dict[str, dc.Data]:
             out[name] = iid_data(cfg)
         elif name == "icl-markov":
             out[name] = icl_data(cfg)
+        elif name in CORPORA:
+            if not (DATA_ROOT / CORPORA[name][0]).exists():
+                print(f"skipping {name}: {DATA_ROOT / CORPORA[name][0]} is absent")
+                continue
+            out[name] = bpe_data(cfg, name)
         else:
             raise ValueError(f"unknown data set {name!r}")
     return out
+
+
+#: ``gflow train`` flags of the ``Transformer.init`` settings of a rung.
+_FLAGS = {
+    "n_layers": "--layers",
+    "n_heads": "--heads",
+    "d_ff": "--d-ff",
+    "max_len": "--max-len",
+    "init_scale": "--init-scale",
+}
+
+
+def train_argv(cfg: Config, data: str, rung: str, method: str, seed: int) -> list:
+    """The ``gflow train`` command line of one cell of the ladder: the rung's model
+    (``Transformer.init`` settings as flags), the data set, the method with its
+    step size, schedule and sample, the steps, saves and seed of ``cfg``.
+
+    ``gflow train`` draws its own samples and batches from the seed (a fixed sample
+    from its own key, fresh minibatches, a held-out sample), so its numbers are
+    another draw of the same cell, not the cached run's. The i.i.d. control is the
+    chain at λ = 0; the BPE corpora train their tokeniser as the ladder does."""
+    settings = {"n_layers": 1, "n_heads": 1, **_settings(cfg, rung)}
+    argv = ["train", "--model", "transformer", "--d-model", str(cfg.d_model)]
+    for key, value in settings.items():
+        if isinstance(value, bool):
+            argv += [f"--{key}"] if value else []
+        else:
+            argv += [_FLAGS[key], str(value)]
+    if data in ("markov", "markov-iid"):
+        argv += ["--data", "markov"] + (["--lam", "0"] if data == "markov-iid" else [])
+    elif data == "icl-markov":
+        argv += ["--data", data, "--states", str(cfg.states), "--alpha", str(cfg.alpha)]
+    else:
+        file, whitespace = CORPORA[data]
+        argv += ["--data", os.path.relpath(DATA_ROOT / file), "--tokenizer", "bpe"]
+        argv += ["--whitespace", whitespace, "--vocab-size", str(cfg.vocab_size)]
+        argv += ["--max-chars", str(cfg.max_chars)]
+    argv += {
+        "gd": ["--method", "gd", "--lr", str(cfg.lr), "--windows", str(cfg.gd_sample)],
+        "sgd": ["--optimizer", "sgd", "--lr", str(cfg.lr), "--batch", str(cfg.batch)],
+        "adamw": [
+            "--optimizer",
+            "adamw",
+            "--lr",
+            str(cfg.adamw_lr),
+            "--schedule",
+            "warmup-cosine",
+            "--warmup",
+            str(cfg.warmup),
+            "--weight-decay",
+            str(cfg.weight_decay),
+            "--batch",
+            str(cfg.batch),
+        ],
+    }[method]
+    argv += ["--seq-len", str(cfg.context), "--eval-batch", str(cfg.eval_batch)]
+    argv += ["--steps", str(cfg.steps), "--num-saves", str(cfg.num_saves)]
+    return argv + ["--seed", str(seed)]
 
 
 def _settings(cfg: Config, rung: str) -> dict:
@@ -421,7 +547,7 @@ def cell_table(runs: list[dict]) -> tuple[str, list[dict]]:
     return _docs.table(header, rows), records
 
 
-def figure(records: list[dict], cfg: Config) -> None:
+def figure(records: list[dict], cfg: Config, path: Path | None = None) -> None:
     from gflow.plotting import plt, save_figure
 
     datas = sorted({r["data"] for r in records})
@@ -462,18 +588,20 @@ def figure(records: list[dict], cfg: Config) -> None:
                         )
     fig.colorbar(im, ax=axes, shrink=0.6, label="fraction of heads")
     fig.suptitle("Fraction of heads showing each stage, rung by rung", fontsize=10)
-    save_figure(fig, FIGURE)
+    save_figure(fig, path or FIGURE)
 
 
-def page(cfg: Config) -> str:
+def page(cfg: Config, path: Path | None = None) -> str:
+    path = path or FIGURE
     runs = _runs(cfg)
     folder = _path(cfg, "x", "0 x", "x", 0).parent.parent
     summary = json.loads((folder / "summary.json").read_text())
     table, records = cell_table(runs)
-    figure(records, cfg)
+    figure(records, cfg, path)
     loads = [x[0] for x in summary["load_averages"]]
     sessions = summary.get("sessions", []) + [summary["runtime_s"]]
     c = summary["config"]
+    example = (next(iter(summary["data"])), cfg.rungs[-1])  # the last rung
     lines = [
         "`PYTHONPATH=$PWD python experiments/practical_ladder.py` (resumable; "
         "`--doc-only` rewrites this block from the cache). "
@@ -500,7 +628,16 @@ def page(cfg: Config) -> str:
         "",
         table,
         "",
-        "![fraction of heads per stage, rung by rung](figures/practical_ladder.png)",
+        f"![fraction of heads per stage, rung by rung](figures/{path.name})",
+        "",
+        "Every cell runs from the command line too, as `gflow train` with the "
+        "rung's flags (`train_argv`; its own draws of the samples and batches, so "
+        f"another draw of the cell), e.g. rung {example[1]!r} under AdamW on "
+        f"`{example[0]}`, seed {cfg.seeds[0]}:",
+        "",
+        "```bash",
+        "gflow " + " ".join(train_argv(cfg, *example, "adamw", cfg.seeds[0])),
+        "```",
     ]
     return "\n".join(lines) + "\n"
 
@@ -533,6 +670,11 @@ def main(argv=None) -> int:
     p.add_argument(
         "--controls", action="store_true", help="the i.i.d. control data set only"
     )
+    p.add_argument(
+        "--text",
+        action="store_true",
+        help="TinyStories and WikiText cut by BPE in both whitespace modes only",
+    )
     p.add_argument("--rungs", help="comma-separated rung numbers (default: all)")
     p.add_argument("--seeds", help="comma-separated seeds (default: 0,1,2)")
     args = p.parse_args(argv)
@@ -557,6 +699,23 @@ def main(argv=None) -> int:
             print(text)
         else:
             _docs.replace_block(DOC, *CONTROL, text, append=True)
+        return 0
+    if args.text:
+        cfg = dataclasses.replace(
+            cfg,
+            datasets=tuple(CORPORA),
+            tag=cfg.tag + "-text",
+            vocab_size=TEXT_VOCAB,
+            seeds=cfg.seeds if args.seeds or args.quick else (0, 1, 2),
+            max_chars=20_000 if args.quick else 200_000,
+        )
+        if not args.doc_only:
+            run(cfg)
+        text = page(cfg, TEXT_FIGURE)
+        if args.quick:
+            print(text)
+        else:
+            _docs.replace_block(DOC, *TEXT, text, append=True)
         return 0
     if not args.doc_only:
         run(cfg)

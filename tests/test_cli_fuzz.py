@@ -171,6 +171,8 @@ VALID = {
     ("text", "--layers"): lambda n: n == 1,
     ("text", "--heads"): lambda n: n == 1,
     ("train", "--warmup"): _unit,
+    ("train", "--lam"): _unit,
+    ("train", "--pi"): lambda p: VALID["flow", "--pi"](p) and len(p) >= 2,
     ("train", "--weight-decay"): lambda x: math.isfinite(x) and x >= 0,
     # the base run has 2 steps, width 2 and 1 head, and its context is 3 tokens
     ("train", "--segments"): lambda n: 1 <= n <= 2,

@@ -1,13 +1,18 @@
 """The ladder experiment's pieces (issue 30 point 2): the Wilson interval, the key
 classes of constructed attention patterns, the rungs adding one change each, and
-the quick path end to end (slow)."""
+the quick path end to end (slow), and every cell as a ``gflow train`` command."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments import deep_cycle as dc
 from experiments import practical_ladder as pl
+from gflow import load_run
+from gflow.cli import build_parser, main, resolve
+from gflow.runs.train import TrainJob, train_strategies
+from gflow.text import DeepText
 
 
 def test_wilson_interval_matches_its_closed_form():
@@ -81,3 +86,69 @@ def test_the_control_data_has_no_context_to_use():
     freq = np.bincount(np.asarray(data.held_out).ravel(), minlength=4)
     freq = freq / freq.sum()
     np.testing.assert_allclose(freq, [0.75, 0.19, 0.05, 0.01], atol=0.05)
+
+
+@pytest.mark.parametrize("data", ["markov", "markov-iid", "icl-markov", *pl.CORPORA])
+def test_every_cell_is_a_gflow_train_command(data):
+    """Issue 30's done-when: every cell of the ladder runs from ``gflow train``.
+    Each cell's command line builds the rung's model, the data set and the method
+    with the ladder's step sizes, samples, steps and seed."""
+    if data in pl.CORPORA and not (pl.DATA_ROOT / pl.CORPORA[data][0]).exists():
+        pytest.skip("the shared corpora are absent")
+    cfg = pl.Config()
+    parser = build_parser()
+    for rung, _ in pl.RUNGS:
+        for method in dc.METHODS:
+            argv = pl.train_argv(cfg, data, rung, method, seed=3)
+            train = resolve(TrainJob(), parser.parse_args(argv)).cfg.base
+            model = train_strategies(train).model
+            want = {"n_layers": 1, "n_heads": 1, **pl._settings(cfg, rung)}
+            assert model == DeepText(
+                d_model=cfg.d_model,
+                init_scale=want["init_scale"],
+                layers=want["n_layers"],
+                heads=want["n_heads"],
+                d_ff=want.get("d_ff"),
+                value=want.get("value", False),
+                layernorm=want.get("layernorm", False),
+                residual=want.get("residual", False),
+                max_len=want.get("max_len"),
+            )
+            assert (train.seq_len, train.steps, train.seed) == (
+                cfg.context,
+                cfg.steps,
+                3,
+            )
+            if method == "gd":
+                assert (train.method, train.lr, train.windows) == (
+                    "gd",
+                    cfg.lr,
+                    cfg.gd_sample,
+                )
+            elif method == "sgd":
+                assert (train.optimizer, train.lr, train.batch) == (
+                    "sgd",
+                    cfg.lr,
+                    cfg.batch,
+                )
+            else:
+                assert (train.optimizer, train.schedule, train.lr) == (
+                    "adamw",
+                    "warmup-cosine",
+                    cfg.adamw_lr,
+                )
+            assert (train.lam == 0.0) == (data == "markov-iid")
+            if data in pl.CORPORA:
+                assert (train.tokenizer, train.whitespace) == (
+                    "bpe",
+                    pl.CORPORA[data][1],
+                )
+
+
+@pytest.mark.slow  # one quick cell, trained through the command line
+def test_a_quick_cell_trains_from_the_command_line(tmp_path):
+    argv = pl.train_argv(pl.QUICK, "icl-markov", "3 +residual", "gd", seed=0)
+    out = tmp_path / "cell"
+    assert main(["--quiet", *argv, "--out", str(out), "--no-figures"]) == 0
+    final = load_run(out)["train"].final
+    assert final.residual and len(final.blocks) == 2

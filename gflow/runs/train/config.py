@@ -65,8 +65,12 @@ class TrainConfig(AbstractConfig):
         "chains: each sequence its own transition matrix, --states, --alpha) or a "
         "text file or folder",
     )
-    pi: tuple[float, ...] = setting((0.75, 0.19, 0.05, 0.01))
-    lam: float = setting(0.5)
+    pi: tuple[float, ...] = setting(
+        (0.75, 0.19, 0.05, 0.01), "markov: the chain's stationary distribution π"
+    )
+    lam: float = setting(
+        0.5, "markov: repeat probability λ (0: i.i.d. tokens from π, a control)"
+    )
     states: int = setting(3, "icl-markov: states k (the vocabulary)")
     alpha: float = setting(
         1.0, "icl-markov: Dirichlet concentration α of each transition row"
@@ -85,7 +89,9 @@ class TrainConfig(AbstractConfig):
         f"subword spaces: one of {', '.join(WHITESPACE_MODES)} (the piece ▁ on its "
         "own, or glued to the next word as GPT-2 and SentencePiece do)",
     )
-    max_chars: int | None = setting(200_000)
+    max_chars: int | None = setting(
+        200_000, "a text corpus: read its first characters only, this many"
+    )
     model: str = setting(
         "transformer",
         f"one of {', '.join(MODELS)}: the paper's one-layer AttentionModel (with "
