@@ -226,17 +226,29 @@ def markov_data(
 def text_data(cfg: Config, path: Path = CORPUS) -> Data:
     """TinyStories word tokens; the last ``held_out_fraction`` of the tokens is held
     out (the evaluation sample), the rest trains (GD samples and the stream)."""
-    from gflow.text import (
-        TOKENIZERS,
-        Vocabulary,
-        WindowStream,
-        fixed_sample,
-        load_corpus,
-    )
+    from gflow.text import TOKENIZERS, Vocabulary, load_corpus
 
     tokens = TOKENIZERS["word"](load_corpus(path, max_chars=cfg.max_chars))
     vocab = Vocabulary.build(tokens, cfg.vocab_size)
-    ids = vocab.encode(tokens)
+    return corpus_data(
+        cfg,
+        "tinystories",
+        vocab,
+        vocab.encode(tokens),
+        lambda n, top: (
+            f"{path.name}: {n} word tokens ({cfg.max_chars} characters), "
+            f"{len(vocab)} types ({cfg.vocab_size} + <unk>), most frequent {top!r}"
+        ),
+    )
+
+
+def corpus_data(cfg: Config, name: str, vocab, ids, describe) -> Data:
+    """A tokenised corpus (``ids`` of ``vocab``) as a data set of the runs: the last
+    ``held_out_fraction`` of the tokens is held out (the evaluation sample), the
+    rest trains (GD samples and the stream). ``describe(n_tokens, top)``: the
+    description, given the most frequent token."""
+    from gflow.text import WindowStream, fixed_sample
+
     cut = int(len(ids) * (1 - cfg.held_out_fraction))
     train, held = ids[:cut], ids[cut:]
     freq = np.bincount(train, minlength=len(vocab)) / len(train)
@@ -250,15 +262,14 @@ def text_data(cfg: Config, path: Path = CORPUS) -> Data:
 
     top = vocab.tokens[int(np.argmax(freq))]
     return Data(
-        "tinystories",
+        name,
         len(vocab),
         gd_sample,
         stream,
         held_out,
         unigram,
         None,
-        f"{path.name}: {len(ids)} word tokens ({cfg.max_chars} characters), "
-        f"{len(vocab)} types ({cfg.vocab_size} + <unk>), most frequent {top!r}",
+        describe(len(ids), top),
     )
 
 

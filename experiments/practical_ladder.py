@@ -209,17 +209,9 @@ DATA_ROOT = ROOT.parent / "shared" / "data"
 
 def bpe_data(cfg: Config, name: str) -> dc.Data:
     """A corpus cut by a BPE tokeniser of ``cfg.vocab_size`` pieces trained on it
-    (offline), in the whitespace mode of ``CORPORA[name]``; the last
-    ``held_out_fraction`` of the pieces is held out (the evaluation sample), the
-    rest trains (GD samples and the minibatch stream), as ``deep_cycle.text_data``
-    does with words."""
-    from gflow.text import (
-        SubwordTokenizer,
-        Vocabulary,
-        WindowStream,
-        fixed_sample,
-        load_corpus,
-    )
+    (offline), in the whitespace mode of ``CORPORA[name]``; held out and sampled
+    as ``deep_cycle.corpus_data`` does with words."""
+    from gflow.text import SubwordTokenizer, Vocabulary, load_corpus
 
     file, whitespace = CORPORA[name]
     text = load_corpus(DATA_ROOT / file, max_chars=cfg.max_chars)
@@ -229,27 +221,17 @@ def bpe_data(cfg: Config, name: str) -> dc.Data:
     pieces = tok(text)
     vocab = Vocabulary.build(pieces, tok.vocab_size)
     ids = vocab.encode(pieces)
-    cut = int(len(ids) * (1 - cfg.held_out_fraction))
-    train, held = ids[:cut], ids[cut:]
-    freq = np.bincount(train, minlength=len(vocab)) / len(train)
-    unigram = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
-    held_out = fixed_sample(held, length=cfg.context, num=cfg.eval_batch)
-
-    def gd_sample(seed):
-        key = jax.random.fold_in(jax.random.key(seed), 1)
-        return WindowStream(train, length=cfg.context, batch=cfg.gd_sample)(key)
-
-    top = vocab.tokens[int(np.argmax(freq))]
-    return dc.Data(
+    share = np.bincount(ids, minlength=len(vocab)).max() / len(ids)
+    return dc.corpus_data(
+        cfg,
         name,
-        len(vocab),
-        gd_sample,
-        WindowStream(train, length=cfg.context, batch=cfg.batch),
-        held_out,
-        unigram,
-        None,
-        f"{file}, {len(ids)} BPE pieces ({cfg.max_chars} characters, {len(vocab)} "
-        f"pieces, ▁ {whitespace}), most frequent {top!r} ({freq.max():.0%})",
+        vocab,
+        ids,
+        lambda n, top: (
+            f"{file}, {n} BPE pieces ({cfg.max_chars} characters, "
+            f"{len(vocab)} pieces, ▁ {whitespace}), most frequent {top!r} "
+            f"({share:.0%} of all pieces)"
+        ),
     )
 
 

@@ -159,6 +159,8 @@ def test_strategies_name_the_model_and_the_method():
     assert isinstance(method, FullBatchOptimizer)
     assert (method.steps, method.num_saves) == (cfg.steps, cfg.num_saves - 1)
     assert method.optimizer == gflow.dynamics.AdamW(beta=0.9, weight_decay=0.01)
+    flow = train_strategies(TrainConfig(method="flow", max_steps=7, x64=True)).method
+    assert flow.max_steps == 7 and flow.float64 and not flow.optimizer_run
     deep = train_strategies(TrainConfig(residual=True, layernorm=True, d_ff=8))
     assert deep.model == DeepText(
         d_model=16,
@@ -187,6 +189,7 @@ def test_strategies_name_the_model_and_the_method():
         (dict(batch=0, optimizer="momentum"), "optimizer"),
         (dict(method="flow"), "x64"),  # complete() sets it; the class alone refuses
         (dict(windows=0), "windows"),
+        (dict(method="flow", x64=True, max_steps=0), "max_steps"),
         (dict(method="walk"), "method"),
     ],
 )

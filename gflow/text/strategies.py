@@ -258,11 +258,13 @@ class FullBatchOptimizer(AbstractFlowMethod):
 @dataclasses.dataclass(frozen=True)
 class IntegratedFlow(AbstractFlowMethod):
     """The flow itself, integrated by ``solver`` (a Diffrax solver object) at
-    ``rtol``, ``atol``, saved at ``num_saves`` + 1 even times."""
+    ``rtol``, ``atol``, saved at ``num_saves`` + 1 even times; at most
+    ``max_steps`` steps (then the status is ``max_steps``)."""
 
     solver: Any = None
     rtol: float = 1e-5
     atol: float = 1e-7
+    max_steps: int = 1_000_000
     float64: ClassVar[bool] = True
 
     def run(self, loss: LossFn, model: Model) -> Trajectory:
@@ -275,6 +277,7 @@ class IntegratedFlow(AbstractFlowMethod):
             solver=self.solver,
             rtol=self.rtol,
             atol=self.atol,
+            max_steps=self.max_steps,
             save_params=True,
             progress=False,
         )

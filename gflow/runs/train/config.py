@@ -52,6 +52,7 @@ LATER_SETTINGS = {
     "solver": "auto",
     "rtol": 1e-6,
     "atol": 1e-8,
+    "max_steps": 1_000_000,
 }
 
 
@@ -135,6 +136,11 @@ class TrainConfig(AbstractConfig):
     )
     rtol: float = setting(1e-6, "the flow's relative tolerance")
     atol: float = setting(1e-8, "the flow's absolute tolerance")
+    max_steps: int = setting(
+        1_000_000,
+        "the flow's step budget: a flow that reaches it ends with status max_steps "
+        "where it got to (a stiff flow: try another --solver)",
+    )
     optimizer: str = setting("adamw", f"one of {', '.join(OPTIMIZERS)}")
     lr: float = setting(0.003, "peak step size η")
     schedule: str = setting("constant", f"one of {', '.join(SCHEDULES)}")
@@ -240,6 +246,7 @@ class TrainConfig(AbstractConfig):
         check_flow_solver(self.solver)
         for name in ("rtol", "atol"):
             positive(name, getattr(self, name))
+        at_least("max_steps", self.max_steps, 1)
         method = TRAINING[self.method]
         if self.minibatches and self.segments > self.steps:
             bad("segments", f"must lie in [1, steps], got {self.segments}")
