@@ -280,6 +280,7 @@ def block(cfg: Config) -> str:
 
 
 def main(argv=None) -> int:
+    jax.config.update("jax_enable_x64", True)  # an entry point: the runs are float64
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--doc-only", action="store_true")

@@ -228,3 +228,13 @@ def test_text_transformers_take_the_same_parts():
     )
     with pytest.raises(ConfigError, match="parts of --model transformer"):
         TextConfig(corpus="x", layernorm=True)
+
+
+def test_a_float64_run_without_jax_float64_is_refused(tmp_path):
+    cfg = TrainConfig(**SMALL, steps=2, num_saves=2, method="gd")
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with pytest.raises(ValueError, match="jax_enable_x64"):
+            run_train(cfg, prepare(cfg), checkpoint_dir=tmp_path)
+    finally:
+        jax.config.update("jax_enable_x64", True)

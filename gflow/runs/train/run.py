@@ -172,6 +172,12 @@ def run_train(
     run finished elsewhere, read back; FileNotFoundError if a piece is missing.
     ``strategies``: what the names of ``cfg`` stand for (default: built from them).
     """
+    if cfg.x64 and not jax.config.jax_enable_x64:
+        raise ValueError(
+            "x64=True computes in float64, which JAX has off: call "
+            "jax.config.update('jax_enable_x64', True) first (gflow sets no "
+            "global flag; the command line does it for you)"
+        )
     strategies = strategies or train_strategies(cfg)
     model = init_model(cfg, data.d_vocab, strategies)
     eval_loss = SequenceLoss(data.eval_tokens)
