@@ -168,7 +168,8 @@ SCHEDULES = NameTable(
 #: (``gflow.text.strategies``), built from the run's settings.
 METHODS = NameTable(
     "method",
-    {"gd": FullBatchGD.from_settings, "flow": IntegratedFlow.from_settings},
+    {"gd": FullBatchGD, "flow": IntegratedFlow},
+    factories={"gd": FullBatchGD.from_settings, "flow": IntegratedFlow.from_settings},
 )
 
 #: How ``gflow train`` descends its loss: the optimizer (``FullBatchOptimizer``

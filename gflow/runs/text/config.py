@@ -200,8 +200,10 @@ class TextConfig(AbstractConfig):
 
     @classmethod
     def complete(cls, settings: dict) -> dict:
-        """The flow computes in float64 whatever ``x64`` says."""
-        if settings.get("method") == "flow":
+        """A float64-only method (the flow) computes in float64 whatever ``x64``
+        says."""
+        method = settings.get("method")
+        if method in _METHODS and _METHODS[method].float64:
             settings["x64"] = True
         return settings
 
@@ -288,9 +290,10 @@ class TextConfig(AbstractConfig):
                 "sgd runs on fresh minibatches: give a batch > 0 (gd is "
                 "the same update on the fixed sample)",
             )
-        if self.model == "transformer" and self.d_model % self.heads:
+        model = _MODELS[self.model]
+        if "heads" in model.parts and self.d_model % self.heads:
             bad("heads", f"must divide d_model = {self.d_model}, got {self.heads}")
-        if self.model == "attention" and (self.layers, self.heads) != (1, 1):
+        if model.refused_parts(layers=self.layers, heads=self.heads):
             bad(
                 "model",
                 "the attention model has one layer and one head: layers and "
@@ -299,9 +302,7 @@ class TextConfig(AbstractConfig):
         parts = {
             k: getattr(self, k) for k in ("d_ff", "value", "layernorm", "residual")
         }
-        if self.model in _MODELS and (
-            refused := _MODELS[self.model].refused_parts(**parts)
-        ):
+        if refused := model.refused_parts(**parts):
             bad("model", f"{', '.join(refused)}: parts of --model transformer")
         if self.d_ff is not None and self.d_ff < 1:
             bad("d_ff", f"must be >= 1 or None, got {self.d_ff}")
@@ -319,7 +320,7 @@ class TextConfig(AbstractConfig):
             )
         if self.num_saves < 2:
             bad("num_saves", f"must be >= 2, got {self.num_saves}")
-        if self.method == "flow" and not self.x64:
+        if _METHODS[self.method].float64 and not self.x64:
             bad("x64", "the flow needs float64 (tolerances near float32 epsilon)")
 
     @property
