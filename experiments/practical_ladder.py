@@ -551,7 +551,7 @@ def figure(records: list[dict], cfg: Config, path: Path | None = None) -> None:
                 for r in records:
                     if (r["data"], r["rung"], r["method"]) == (data, rung, method):
                         grid[i] = [r[s] / r["heads"] for s in stages]
-            im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+            ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
             ax.set_xticks(range(len(stages)), stages, rotation=30, fontsize=8)
             ax.set_yticks(range(len(rungs)), rungs, fontsize=8)
             ax.set_title(f"{data}, {method}", fontsize=9)
@@ -568,12 +568,16 @@ def figure(records: list[dict], cfg: Config, path: Path | None = None) -> None:
                             fontsize=7,
                             color=shade,
                         )
-    fig.colorbar(im, ax=axes, shrink=0.6, label="fraction of heads")
-    fig.suptitle("Fraction of heads showing each stage, rung by rung", fontsize=10)
+    fig.suptitle(
+        "Fraction of heads showing each stage, rung by rung (printed in each cell)",
+        fontsize=10,
+    )
     save_figure(fig, path or FIGURE)
 
 
-def page(cfg: Config, path: Path | None = None) -> str:
+def page(cfg: Config, path: Path | None = None, flags: str = "") -> str:
+    """The generated block of ``cfg``'s runs; ``flags``: the command's own (for
+    the block's command line), its figure drawn to ``path``."""
     path = path or FIGURE
     runs = _runs(cfg)
     folder = _path(cfg, "x", "0 x", "x", 0).parent.parent
@@ -585,8 +589,8 @@ def page(cfg: Config, path: Path | None = None) -> str:
     c = summary["config"]
     example = (next(iter(summary["data"])), cfg.rungs[-1])  # the last rung
     lines = [
-        "`PYTHONPATH=$PWD python experiments/practical_ladder.py` (resumable; "
-        "`--doc-only` rewrites this block from the cache). "
+        f"`PYTHONPATH=$PWD python experiments/practical_ladder.py{flags}` "
+        "(resumable; `--doc-only` rewrites this block from the cache). "
         f"Last session began {summary['began']}; {len(runs)} runs, "
         f"{sum(sessions):.0f} s of computing over {len(sessions)} session(s) on "
         f"{summary['machine']['cpus']} CPUs (jax {summary['machine']['jax']}), "
@@ -693,7 +697,7 @@ def main(argv=None) -> int:
         )
         if not args.doc_only:
             run(cfg)
-        text = page(cfg, TEXT_FIGURE)
+        text = page(cfg, TEXT_FIGURE, " --text")
         if args.quick:
             print(text)
         else:
