@@ -6,10 +6,12 @@ import json
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import gflow
+from gflow.analysis import strategy_distances
 from gflow.cli import main
 from gflow.runs import DATASETS, ConfigError
 from gflow.runs.train import TrainConfig, prepare
@@ -101,3 +103,27 @@ def test_train_records_the_kl_distance_to_each_strategy(tmp_path):
     kl = np.asarray(np.sum(q * (np.log(q) - log_p[None]), axis=-1).mean(axis=(1, 2)))
     for g, v in zip(("uniform", "unigram", "bigram"), kl):
         np.testing.assert_allclose(traj.metrics[f"kl_{g}"][-1], v, rtol=1e-4)
+
+
+def test_the_strategy_distances_read_only_the_contexts():
+    """A model with learned positions for exactly the context (max_len = s) is
+    observed on s + 1 tokens; the KL uses the predictions at positions 0..s-1,
+    which the causal model computes the same from the contexts alone."""
+    source = DATASETS.build("icl-markov", states=3, alpha=1.0)
+    tokens = np.asarray(source.sample(key=jax.random.key(0), batch=4, length=6))
+    positional = gflow.Transformer.init(
+        d_vocab=3, d_model=4, max_len=5, init_scale=0.5, key=jax.random.key(1)
+    )
+    assert set(source.observe(positional, tokens)) == {
+        "kl_uniform",
+        "kl_unigram",
+        "kl_bigram",
+    }
+    plain = gflow.Transformer.init(
+        d_vocab=3, d_model=4, init_scale=0.5, key=jax.random.key(1)
+    )
+    logits = jax.vmap(plain.causal_logits)(jnp.asarray(tokens))  # all n positions
+    want = strategy_distances(source.task, logits, jnp.asarray(tokens))
+    got = source.observe(plain, tokens)
+    for g in ("uniform", "unigram", "bigram"):
+        assert got[f"kl_{g}"] == pytest.approx(getattr(want, g), rel=1e-10)

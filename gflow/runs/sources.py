@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
@@ -148,5 +149,9 @@ class InContextSource(AbstractSource):
 
 @eqx.filter_jit
 def _strategy_kl(task, model, tokens):
-    logits = jax.vmap(model.causal_logits)(tokens)
+    """The KL of the model's predictions at positions 0..n-2, from the contexts
+    ``tokens[:, :-1]`` (a model with learned positions has exactly that many); the
+    last position, which ``strategy_kl`` does not read, is padded."""
+    logits = jax.vmap(model.causal_logits)(tokens[:, :-1])
+    logits = jnp.concatenate([logits, jnp.zeros_like(logits[:, :1])], axis=1)
     return strategy_kl(task, logits, tokens)
