@@ -48,3 +48,12 @@ def uptime() -> str:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def publish(text: str, *, quick: bool, doc: Path, start: str, end: str) -> None:
+    """A generated block: printed after a quick run (the page keeps the full
+    run's), else put between the ``start`` and ``end`` markers of ``doc``."""
+    if quick:
+        print(text)
+    else:
+        replace_block(doc, start, end, text, append=True)

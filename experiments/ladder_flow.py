@@ -83,17 +83,6 @@ QUICK = Config(
 
 def train_config(cfg: Config, data: str, rung: str, seed: int, method: str):
     """The ``TrainConfig`` of one run: the rung's model, the data, the method."""
-    settings = dict(pl.RUNGS)[rung]
-    model = {
-        "layers": settings.get("n_layers", 1),
-        "heads": settings.get("n_heads", 1),
-        "d_ff": settings.get("d_ff"),
-        "value": settings.get("value", False),
-        "layernorm": settings.get("layernorm", False),
-        "residual": settings.get("residual", False),
-        "max_len": cfg.context if "max_len" in settings else None,
-        "init_scale": settings.get("init_scale", cfg.init_scale),
-    }
     return TrainConfig(
         data=data,
         d_model=cfg.d_model,
@@ -107,7 +96,7 @@ def train_config(cfg: Config, data: str, rung: str, seed: int, method: str):
         max_steps=cfg.max_steps,
         seed=seed,
         x64=True,
-        **model,
+        **pl.model_settings(cfg, rung),
     )
 
 
@@ -288,11 +277,7 @@ def main(argv=None) -> int:
     cfg = QUICK if args.quick else Config()
     if not args.doc_only:
         run(cfg)
-    text = block(cfg)
-    if args.quick:
-        print(text)
-    else:
-        _docs.replace_block(DOC, START, END, text, append=True)
+    _docs.publish(block(cfg), quick=args.quick, doc=DOC, start=START, end=END)
     return 0
 
 

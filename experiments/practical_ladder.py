@@ -254,14 +254,21 @@ def load_data(cfg: Config) -> dict[str, dc.Data]:
     return out
 
 
-#: ``gflow train`` flags of the ``Transformer.init`` settings of a rung.
-_FLAGS = {
-    "n_layers": "--layers",
-    "n_heads": "--heads",
-    "d_ff": "--d-ff",
-    "max_len": "--max-len",
-    "init_scale": "--init-scale",
-}
+def model_settings(cfg, rung: str) -> dict:
+    """The ``TrainConfig`` model settings of a rung (``cfg``: any configuration
+    with ``context`` and ``init_scale``): its ``Transformer.init`` settings by
+    gflow train's names."""
+    settings = _settings(cfg, rung)
+    return {
+        "layers": settings.get("n_layers", 1),
+        "heads": settings.get("n_heads", 1),
+        "d_ff": settings.get("d_ff"),
+        "value": settings.get("value", False),
+        "layernorm": settings.get("layernorm", False),
+        "residual": settings.get("residual", False),
+        "max_len": settings.get("max_len"),
+        "init_scale": settings["init_scale"],
+    }
 
 
 def train_argv(cfg: Config, data: str, rung: str, method: str, seed: int) -> list:
@@ -273,13 +280,12 @@ def train_argv(cfg: Config, data: str, rung: str, method: str, seed: int) -> lis
     from its own key, fresh minibatches, a held-out sample), so its numbers are
     another draw of the same cell, not the cached run's. The i.i.d. control is the
     chain at λ = 0; the BPE corpora train their tokeniser as the ladder does."""
-    settings = {"n_layers": 1, "n_heads": 1, **_settings(cfg, rung)}
     argv = ["train", "--model", "transformer", "--d-model", str(cfg.d_model)]
-    for key, value in settings.items():
+    for key, value in model_settings(cfg, rung).items():
         if isinstance(value, bool):
             argv += [f"--{key}"] if value else []
-        else:
-            argv += [_FLAGS[key], str(value)]
+        elif value is not None:
+            argv += ["--" + key.replace("_", "-"), str(value)]
     if data in ("markov", "markov-iid"):
         argv += ["--data", "markov"] + (["--lam", "0"] if data == "markov-iid" else [])
     elif data == "icl-markov":
@@ -484,6 +490,19 @@ def _head_stages(run: dict) -> dict[tuple[int, int], set[tuple[str, int]]]:
     return out
 
 
+def most_common(classes: list[str]) -> str:
+    """The most common key class and its count, every tied class named (in the
+    order of ``KEY_CLASSES``, then *diffuse*), so that a tie reads the same in
+    every process (a set's order of strings does not)."""
+    if not classes:
+        return "—"
+    top = max(map(classes.count, classes))
+    order = [*KEY_CLASSES, "diffuse"]
+    tied = sorted({c for c in classes if classes.count(c) == top}, key=order.index)
+    each = " each" if len(tied) > 1 else ""
+    return f"{' / '.join(tied)} ({top}/{len(classes)}{each})"
+
+
 def cell_table(runs: list[dict]) -> tuple[str, list[dict]]:
     cells = {}
     for r in runs:
@@ -499,7 +518,6 @@ def cell_table(runs: list[dict]) -> tuple[str, list[dict]]:
             "cycle 2": sum(any(c >= 2 for _, c in st) for st in per_head),
         }
         classes = [c for r in group for row in r["key_classes"] for c in row]
-        common = max(set(classes), key=classes.count) if classes else "—"
         diverged = sum(r["status"] != "success" for r in group)
 
         def cell(k, n=n):
@@ -509,7 +527,7 @@ def cell_table(runs: list[dict]) -> tuple[str, list[dict]]:
         rows.append(
             [data, rung, method, len(group)]
             + [cell(counts[k]) for k in ("focus", "dilution", "lifting", "cycle 2")]
-            + [f"{common} ({classes.count(common)}/{len(classes)})", diverged]
+            + [most_common(classes), diverged]
         )
         records.append(
             {"data": data, "rung": rung, "method": method, "heads": n, **counts}
@@ -680,11 +698,13 @@ def main(argv=None) -> int:
         )
         if not args.doc_only:
             run(cfg)
-        text = controls_page(cfg)
-        if args.quick:
-            print(text)
-        else:
-            _docs.replace_block(DOC, *CONTROL, text, append=True)
+        _docs.publish(
+            controls_page(cfg),
+            quick=args.quick,
+            doc=DOC,
+            start=CONTROL[0],
+            end=CONTROL[1],
+        )
         return 0
     if args.text:
         cfg = dataclasses.replace(
@@ -698,18 +718,11 @@ def main(argv=None) -> int:
         if not args.doc_only:
             run(cfg)
         text = page(cfg, TEXT_FIGURE, " --text")
-        if args.quick:
-            print(text)
-        else:
-            _docs.replace_block(DOC, *TEXT, text, append=True)
+        _docs.publish(text, quick=args.quick, doc=DOC, start=TEXT[0], end=TEXT[1])
         return 0
     if not args.doc_only:
         run(cfg)
-    text = page(cfg)
-    if args.quick:
-        print(text)
-    else:
-        _docs.replace_block(DOC, START, END, text, append=True)
+    _docs.publish(page(cfg), quick=args.quick, doc=DOC, start=START, end=END)
     return 0
 
 

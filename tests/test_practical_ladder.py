@@ -152,3 +152,10 @@ def test_a_quick_cell_trains_from_the_command_line(tmp_path):
     assert main(["--quiet", *argv, "--out", str(out), "--no-figures"]) == 0
     final = load_run(out)["train"].final
     assert final.residual and len(final.blocks) == 2
+
+
+def test_a_tie_of_key_classes_names_every_class_in_a_fixed_order():
+    assert pl.most_common(["diffuse", "top token", "diffuse"]) == "diffuse (2/3)"
+    tie = ["diffuse", "previous", "top token", "diffuse", "top token", "previous"]
+    assert pl.most_common(tie) == "top token / previous / diffuse (2/6 each)"
+    assert pl.most_common([]) == "—"
