@@ -443,6 +443,19 @@ def test_attention_maps(tmp_path, monkeypatch):
     plotting.plot_attention_maps(model, np.array([0, 1, 2, 1]), tmp_path / "m.png")
     # a model's figure, no run behind it: no settings line of its own
     _rendered(made, tmp_path / "m.png", settings=False)
+    # the paper's model ([s, s]: one layer, one head) and the positional one (its
+    # last row [s]: one query), as gflow train --model attention draws them
+    one = gflow.AttentionModel.init(
+        d_vocab=3, d_model=2, init_scale=0.5, key=jax.random.key(0)
+    )
+    row = gflow.text.PositionalAttentionModel.init(
+        d_vocab=3, d_model=2, init_scale=0.5, context_length=4, key=jax.random.key(0)
+    )
+    for m, queries in ((one, 4), (row, 1)):
+        plotting.plot_attention_maps(m, np.array([0, 1, 2, 1]), tmp_path / "a.png")
+        fig = _rendered(made, tmp_path / "a.png", settings=False)
+        (image,) = fig.axes[0].get_images()
+        assert image.get_array().shape == (queries, 4)
 
 
 def test_departure_records(tmp_path, monkeypatch):

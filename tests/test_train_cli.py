@@ -260,3 +260,33 @@ def test_bad_settings_are_one_line_exit_2(tmp_path, capsys, argv, words):
 def test_resume_refuses_other_settings(adamw_run, capsys):
     assert main(["train", "--resume", str(adamw_run), "--steps", "9"]) == 2
     assert "drop --steps" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a flow and a GD run through the command line
+def test_the_population_flow_and_gd_run_from_the_command_line(tmp_path, capsys):
+    """gflow train --model attention --population --method flow: the paper's flow
+    as a training run, resumable, with the descended loss beside the held-out one;
+    and --method gd on a fixed sample of --windows sequences of the λ = 0 chain."""
+    common = ["--quiet", "train", "--model", "attention", "--d-model", "4"]
+    common += ["--seq-len", "4", "--eval-batch", "8", "--num-saves", "3"]
+    flow = tmp_path / "flow"
+    argv = [*common, "--population", "--method", "flow", "--solver", "tsit5"]
+    argv += ["--lr", "0.5", "--steps", "4", "--max-steps", "500", "--out", str(flow)]
+    assert main([*argv, "--no-figures"]) == 0
+    assert "train flow success: t=2" in capsys.readouterr().out
+    run = load_run(flow)["train"]
+    assert run.final.__class__.__name__ == "AttentionModel"
+    assert run.metrics["train_loss"][-1] < run.metrics["train_loss"][0]
+    cfg = json.loads((flow / "config.json").read_text())["config"]
+    assert (cfg["population"], cfg["x64"], cfg["max_steps"]) == (True, True, 500)
+    assert main(["--quiet", "train", "--resume", str(flow), "--no-figures"]) == 0
+    assert "1 segment(s) resumed" in capsys.readouterr().out  # read back, not rerun
+    gd = tmp_path / "gd"
+    argv = [*common, "--method", "gd", "--lr", "0.5", "--steps", "4", "--lam", "0"]
+    assert main([*argv, "--windows", "16", "--pi", "0.5,0.5", "--out", str(gd)]) == 0
+    cfg = json.loads((gd / "config.json").read_text())
+    assert (cfg["config"]["windows"], cfg["config"]["lam"], cfg["d_vocab"]) == (
+        16,
+        0,
+        2,
+    )

@@ -101,7 +101,7 @@ def train_figures(
     losses), head_entropy.png (per head, stages in lanes, the same clock) and
     attention.png (the final model's heat maps on the first held-out context)."""
     run_dir = Path(run_dir)
-    title = f"{cfg.optimizer}, lr {cfg.lr:g} ({cfg.schedule})"
+    title = f"{cfg.label}, lr {cfg.lr:g} ({cfg.schedule})"
     settings = (
         f"{title} · {cfg.layers} layers × {cfg.heads} heads · {cfg.data}"
         f" · seed {cfg.seed}"

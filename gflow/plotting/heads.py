@@ -10,6 +10,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Int
 
 from gflow.analysis.stage import Stage
+from gflow.array_types import Model
 from gflow.dynamics.trajectory import Trajectory
 from gflow.plotting.figure import layout, plt, save_figure
 from gflow.plotting.stages import stage_legend
@@ -22,7 +23,6 @@ from gflow.plotting.style import (
     styled,
     time_axis,
 )
-from gflow.problems.transformer import Transformer
 
 
 def _grid(n_layers: int, n_heads: int, *, width: float, height: float):
@@ -87,7 +87,7 @@ def plot_head_entropy(
 
 @styled
 def plot_attention_maps(
-    model: Transformer,
+    model: Model,
     context: Int[ArrayLike, " s"],
     path: str | os.PathLike,
     *,
@@ -97,14 +97,18 @@ def plot_attention_maps(
     query positions down, key positions across, tokens on the ticks.
 
     Args:
-        model: the Transformer.
+        model: a model with ``attention(context)``: a Transformer's [l, h, s, s],
+            the attention model's [s, s] (one layer, one head), or the positional
+            model's last row [s] (one query).
         context: int [s], one context.
         path: PNG file to write.
         title: figure title.
     """
     context = np.asarray(context)
-    attn = np.asarray(model.attention(jnp.asarray(context)), float)  # [l, h, s, s]
-    n_layers, n_heads, s, _ = attn.shape
+    attn = np.asarray(model.attention(jnp.asarray(context)), float)
+    attn = attn.reshape((1,) * (4 - attn.ndim) + attn.shape)  # [l, h, q, s]
+    n_layers, n_heads, q, s = attn.shape
+    queries = context[s - q :]
     fig, axes = _grid(n_layers, n_heads, width=2.8, height=2.8)
     image = None
     for layer in range(n_layers):
@@ -116,7 +120,7 @@ def plot_attention_maps(
             ax.set_title(f"layer {layer}, head {head}")
             if s <= 32:
                 ax.set_xticks(range(s), [str(x) for x in context], fontsize=6)
-                ax.set_yticks(range(s), [str(x) for x in context], fontsize=6)
+                ax.set_yticks(range(q), [str(x) for x in queries], fontsize=6)
             if head == 0:
                 ax.set_ylabel("query")
             if layer == n_layers - 1:
