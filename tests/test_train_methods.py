@@ -238,3 +238,23 @@ def test_a_float64_run_without_jax_float64_is_refused(tmp_path):
             run_train(cfg, prepare(cfg), checkpoint_dir=tmp_path)
     finally:
         jax.config.update("jax_enable_x64", True)
+
+
+def test_a_positional_attention_model_run_is_saved_and_read_back(tmp_path):
+    """gflow train --model attention --max-len: its trajectory files hold a
+    PositionalAttentionModel, read back with the same weights."""
+    from gflow.runs import load_trajectory, save_trajectory
+    from gflow.text import PositionalAttentionModel
+
+    model = PositionalAttentionModel.init(
+        d_vocab=3, d_model=2, context_length=5, init_scale=0.5, key=jax.random.key(0)
+    )
+    snaps = jax.tree.map(lambda x: jnp.stack([x, 2 * x]), model)
+    traj = gflow.Trajectory(
+        t=np.arange(2.0), metrics={"loss": np.ones(2)}, final=model, params=snaps
+    )
+    save_trajectory(tmp_path, traj, name="train")
+    back = load_trajectory(tmp_path, name="train")
+    assert isinstance(back.final, PositionalAttentionModel)
+    for a, b in zip(jax.tree.leaves(back.params), jax.tree.leaves(snaps)):
+        np.testing.assert_array_equal(a, b)

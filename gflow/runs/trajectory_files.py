@@ -19,10 +19,17 @@ from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.model import AttentionModel
 from gflow.problems.transformer import Transformer
 from gflow.runs.files import atomic_write_bytes, metrics_csv, read_json, write_json
+from gflow.text.positional import PositionalAttentionModel
 
 
 def _model_config(model) -> dict:
     """The constructor settings of a saved model, for its template when read back."""
+    if isinstance(model, PositionalAttentionModel):
+        return {
+            **_model_config(model.base),
+            "class": "PositionalAttentionModel",
+            "context_length": int(model.W_pos.shape[0]),
+        }
     if isinstance(model, Transformer):
         block = model.blocks[0]
         return {
@@ -51,7 +58,8 @@ def _model_config(model) -> dict:
 
 def _init(cfg: dict, key, dtype):
     """The model that ``_model_config`` describes (run directories before 0.2 hold
-    one-layer AttentionModels and say no ``class``)."""
+    one-layer AttentionModels and say no ``class``; a positional one says
+    ``PositionalAttentionModel`` and its ``context_length``)."""
     if cfg.get("class") == "Transformer":
         options = ("n_layers", "n_heads", "d_ff", "value", "layernorm", "residual")
         return Transformer.init(
@@ -63,7 +71,7 @@ def _init(cfg: dict, key, dtype):
             dtype=dtype,
             **{k: cfg[k] for k in options},
         )
-    return AttentionModel.init(
+    one_layer = dict(
         d_vocab=cfg["d_vocab"],
         d_model=cfg["d_model"],
         key=key,
@@ -72,6 +80,11 @@ def _init(cfg: dict, key, dtype):
         residual=cfg["residual"],
         dtype=dtype,
     )
+    if cfg.get("class") == "PositionalAttentionModel":
+        return PositionalAttentionModel.init(
+            context_length=cfg["context_length"], **one_layer
+        )
+    return AttentionModel.init(**one_layer)
 
 
 def _template(cfg: dict):
