@@ -258,3 +258,21 @@ def test_a_positional_attention_model_run_is_saved_and_read_back(tmp_path):
     assert isinstance(back.final, PositionalAttentionModel)
     for a, b in zip(jax.tree.leaves(back.params), jax.tree.leaves(snaps)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_the_attention_models_causal_logits_are_its_outputs_on_each_prefix(residual):
+    """AttentionModel.causal_logits (ICL-MC's strategy distances read it): row q is
+    the model on the context cut after q, and the causal loss is sequence_loss's."""
+    model = gflow.AttentionModel.init(
+        d_vocab=3, d_model=4, init_scale=0.7, residual=residual, key=jax.random.key(2)
+    )
+    context = jnp.array([0, 2, 1, 1, 0])
+    rows = model.causal_logits(context)
+    for q in range(5):
+        np.testing.assert_allclose(rows[q], model(context[: q + 1]), rtol=1e-12)
+    tokens = jnp.array([[0, 2, 1, 1, 0, 2]])
+    logp = jax.nn.log_softmax(model.causal_logits(tokens[0, :-1]))
+    want = -jnp.mean(logp[jnp.arange(5), tokens[0, 1:]])
+    got = gflow.sequence_loss(model, tokens, all_positions=True)
+    np.testing.assert_allclose(got, want, rtol=1e-12)

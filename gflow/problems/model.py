@@ -154,6 +154,16 @@ class AttentionModel(eqx.Module):
         """Singular values of W_A, decreasing, as one layer with one head."""
         return jnp.linalg.svd(self.W_A, compute_uv=False)[None, None, :]
 
+    def causal_logits(self, context: Int[Array, " s"]) -> Float[Array, "s d"]:
+        """The logits of the next token at every position of ``context``: row q
+        is the model's output on the context cut after position q (its last row
+        is ``self(context)``)."""
+        emb = self.W_E[context]  # [s, m]
+        out = self.attention(context) @ emb  # [s, m]
+        if self.residual:
+            out = out + emb
+        return out @ self.W_P
+
     def __call__(self, context: Int[Array, " s"]) -> Float[Array, " d"]:
         """Logits for the token after ``context`` from gathered embeddings (§2)."""
         emb = self.W_E[context]  # [s, m]
