@@ -161,6 +161,8 @@ def test_strategies_name_the_model_and_the_method():
     assert method.optimizer == gflow.dynamics.AdamW(beta=0.9, weight_decay=0.01)
     flow = train_strategies(TrainConfig(method="flow", max_steps=7, x64=True)).method
     assert flow.max_steps == 7 and flow.float64 and not flow.optimizer_run
+    assert (flow.progress, flow.shown().progress) == (False, None)  # None: a tty
+    assert strategies.method.shown() is strategies.method  # no progress of its own
     deep = train_strategies(TrainConfig(residual=True, layernorm=True, d_ff=8))
     assert deep.model == DeepText(
         d_model=16,

@@ -194,6 +194,11 @@ class AbstractFlowMethod(Settings):
         """``traj`` with whatever check the method needs (none by default)."""
         return traj
 
+    def shown(self) -> AbstractFlowMethod:
+        """The method with its own progress shown where it has one (a flow's t,
+        step size and solver on a terminal); the same method by default."""
+        return self
+
 
 @dataclasses.dataclass(frozen=True)
 class FullBatchGD(AbstractFlowMethod):
@@ -265,7 +270,12 @@ class IntegratedFlow(AbstractFlowMethod):
     rtol: float = 1e-5
     atol: float = 1e-7
     max_steps: int = 1_000_000
+    progress: bool | None = False
     float64: ClassVar[bool] = True
+
+    def shown(self) -> IntegratedFlow:
+        """The flow with ``solve_flow``'s progress lines on a terminal."""
+        return dataclasses.replace(self, progress=None)
 
     def run(self, loss: LossFn, model: Model) -> Trajectory:
         t1 = self.steps * self.lr
@@ -279,7 +289,7 @@ class IntegratedFlow(AbstractFlowMethod):
             atol=self.atol,
             max_steps=self.max_steps,
             save_params=True,
-            progress=False,
+            progress=self.progress,
         )
 
 

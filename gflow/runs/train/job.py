@@ -19,6 +19,7 @@ from gflow.runs.train import run as train_run  # run_train via the module: stubb
 from gflow.runs.train.config import TrainConfig, TrainRun
 from gflow.runs.train.members import gather, run_members, write_sweep_run
 from gflow.runs.train.run import TrainData, prepare, write_train_run
+from gflow.runs.train.strategies import train_strategies
 
 log = logging.getLogger("gflow")
 
@@ -152,9 +153,18 @@ class TrainJob(AbstractJob[TrainRun]):
             if bar is not None:
                 bar.update(1)
 
+        strategies = train_strategies(cfg)
+        if not context.quiet:  # a flow shows its t, step size and solver
+            strategies = dataclasses.replace(
+                strategies, method=strategies.method.shown()
+            )
         try:
             traj = train_run.run_train(
-                cfg, plan.data, checkpoint_dir=directory.checkpoint, progress=progress
+                cfg,
+                plan.data,
+                checkpoint_dir=directory.checkpoint,
+                progress=progress,
+                strategies=strategies,
             )
         finally:
             if bar is not None:
