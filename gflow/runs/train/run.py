@@ -79,35 +79,35 @@ def prepare(cfg: TrainConfig) -> TrainData:
     # the fixed sample's key: apart from the held-out sample and the minibatches
     fixed_key = jax.random.fold_in(jax.random.key(cfg.seed), 3)
     length = cfg.seq_len + 1
+    # a run on a fixed loss draws its ``windows`` sequences once from the stream
+    batch = cfg.batch if cfg.minibatches else cfg.windows
     if cfg.data in DATASETS:
         source = DATASETS.build(cfg.data, **dataclasses.asdict(cfg))
         sample = source.sample(key=key, batch=cfg.eval_batch, length=length)
         refs = source.references(length, key=jax.random.fold_in(key, 1))
         data = TrainData(
             source.d_vocab,
-            source.stream(batch=max(1, cfg.batch), length=length),
+            source.stream(batch=batch, length=length),
             np.asarray(sample),
             refs,
             source=source,
         )
         if cfg.population:
             return dataclasses.replace(data, fixed_loss=source.population_loss())
-        draw = source.stream(batch=cfg.windows, length=length)
     else:
         text = load_corpus(cfg.data, max_chars=cfg.max_chars)
         tokenization = TOKENIZERS.build(cfg.tokenizer, **dataclasses.asdict(cfg))
         toks, vocab, subword = tokenization.cut(text)
         ids = vocab.encode(toks)
         sample = fixed_sample(ids, length=cfg.seq_len, num=cfg.eval_batch)
-        stream = WindowStream(ids, length=cfg.seq_len, batch=max(1, cfg.batch))
+        stream = WindowStream(ids, length=cfg.seq_len, batch=batch)
         freq = np.asarray(vocab.frequencies)
         unigram = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
         refs = {"unigram_loss": unigram}
         data = TrainData(len(vocab), stream, sample, refs, vocab, subword)
-        draw = WindowStream(ids, length=cfg.seq_len, batch=cfg.windows)
     if cfg.minibatches:
         return data
-    tokens = np.asarray(draw(fixed_key))  # ``windows`` sequences, drawn once
+    tokens = np.asarray(data.stream(fixed_key))  # ``windows`` sequences, once
     return dataclasses.replace(
         data, fixed_loss=SequenceLoss(tokens, d_vocab=data.d_vocab)
     )
