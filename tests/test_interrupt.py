@@ -17,6 +17,7 @@ import pytest
 
 import gflow
 from gflow.dynamics import SignalWatch
+from gflow.dynamics.interrupt import abandoned, call_interruptibly
 from gflow.problems import AttentionModel, MarkovChain, PopulationLoss
 
 
@@ -123,3 +124,67 @@ def test_gflow_flow_interrupted_in_one_long_segment_resumes(tmp_path):
     assert time.perf_counter() - sent < 15
     assert "interrupted" in err
     assert (out / "config.json").is_file()
+
+
+def test_call_interruptibly_ends_the_wait_and_abandons_the_call():
+    """Oracle: a call that would block for 30 s, with an interrupt true from its
+    3rd question on, raises KeyboardInterrupt after about 3 polls (0.3 s) and is
+    left running in ``abandoned()``; without a signal the result and the errors
+    of the call come back as they are."""
+    release = threading.Event()
+
+    class Counting:
+        calls = 0
+
+        def __call__(self):
+            self.calls += 1
+            return self.calls >= 3
+
+    interrupt = Counting()
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt, match="compiled work"):
+        call_interruptibly(release.wait, 30.0, interrupt=interrupt)
+    assert time.perf_counter() - start < 5.0 and interrupt.calls == 3
+    assert abandoned() == 1
+    release.set()
+    deadline = time.time() + 10
+    while abandoned() and time.time() < deadline:
+        time.sleep(0.01)
+    assert abandoned() == 0
+
+    never = lambda: False  # noqa: E731
+    assert call_interruptibly(divmod, 7, 2, interrupt=never) == (3, 1)
+    assert call_interruptibly(divmod, 7, 2, interrupt=None) == (3, 1)
+    with pytest.raises(ZeroDivisionError):
+        call_interruptibly(divmod, 7, 0, interrupt=never)
+
+
+@pytest.mark.slow
+def test_a_batch_flow_with_its_program_kept_on_disk_ends_within_seconds(tmp_path):
+    """``gflow flow`` without a terminal, with the compile cache on: its solve runs
+    from a program kept on disk, which holds no signal watch. SIGINT once the
+    solve has begun (the program written, plus 5 s) ends it with exit 130 within
+    seconds, leaving the run directory; before, it ran on to the end of its one
+    segment (hours for this horizon)."""
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    cmd = [sys.executable, "-m", "gflow", "flow", "--t1", "1e6", "--segments", "1"]
+    cmd += ["--d-model", "4", "--solver", "tsit5", "--no-params", "--out", str(out)]
+    env = {**os.environ, "GFLOW_COMPILE_CACHE": str(cache)}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 300
+    while not list(cache.glob("programs/*.jaxexport")) and time.time() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.2)
+    time.sleep(5)  # compiled and solving
+    assert proc.poll() is None
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert time.perf_counter() - sent < 15
+    assert "interrupted" in err and "Traceback" not in err
+    assert (out / "config.json").is_file()
+    assert not list((out / "checkpoint").glob("segment-*"))

@@ -175,3 +175,19 @@ def test_describe_names_only_what_pins_a_program_down():
 
     assert describe(local) is None
     assert describe(object()) is None  # known only by its address
+
+
+@pytest.mark.slow  # 6 s (an export); call_interruptibly's own oracle is fast
+def test_a_cache_with_an_interrupt_runs_the_same_program(
+    problem, tmp_path, errors_as_nan
+):
+    """A cache given an interrupt (the ``gflow`` command's signal watch) runs each
+    call in a worker thread that a signal abandons (``call_interruptibly``): not
+    interrupted, it writes, reads and returns the solve bit for bit as a cache
+    without one does."""
+    watched = gflow.ProgramCache(tmp_path, interrupt=lambda: False)
+    first = _solve(problem, watched)
+    assert watched.writes == 1 and watched.fallbacks == 0
+    second = _solve(problem, gflow.ProgramCache(tmp_path))  # the program it wrote
+    _same(first, second)
+    assert first.status == "success"

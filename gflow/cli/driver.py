@@ -35,7 +35,8 @@ def _program_cache(args):
         return None
     from gflow.runs.program_cache import ProgramCache
 
-    return ProgramCache(folder / "programs")
+    # its calls wait interruptibly: a kept program cannot ask the watch inside
+    return ProgramCache(folder / "programs", interrupt=getattr(args, "interrupt", None))
 
 
 def _launch(job: AbstractJob, request: Request, how: Plan, args) -> int:

@@ -8,7 +8,7 @@ import signal
 import sys
 
 from gflow.cli.commands import COMMANDS
-from gflow.dynamics.interrupt import SignalWatch
+from gflow.dynamics.interrupt import SignalWatch, abandoned
 from gflow.runs.config import ConfigError
 
 _TYPE_NAMES = {"int": "an integer", "float": "a number"}
@@ -110,7 +110,27 @@ def main(argv=None) -> int:
             "(a flow, sweep, train or text run resumes with --resume RUN_DIR)",
             file=sys.stderr,
         )
+        if entry_point and abandoned():
+            _exit_now(130)
         return 130
+
+
+def _exit_now(status: int) -> None:
+    """End the process now, leaving abandoned compiled work (``gflow.dynamics.
+    interrupt.call_interruptibly``) unfinished: an ordinary exit could wait for
+    it in XLA's teardown. Logs and streams are flushed first; the run
+    directory's lock ends with the process, and checkpoints are written
+    atomically, so nothing half-written remains."""
+    import logging
+    import os
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -54,9 +54,11 @@ class Context:
 
     def solve_interrupt(self) -> Callable[[], bool] | None:
         """The ``interrupt`` a flow's solve should ask: always where a progress
-        bar is shown or no program cache is used; a batch run that keeps its
+        bar is shown or no program cache is used. A batch run that keeps its
         traced program on disk (which cannot hold the host callback) is
-        interrupted between its segments instead."""
+        interrupted by the program cache instead, which the driver gives the
+        same watch (``ProgramCache(interrupt=...)``: the wait for the kept
+        program ends at a signal, the program is abandoned)."""
         shown = not self.quiet and sys.stderr.isatty()
         return self.interrupt if shown or self.program_cache is None else None
 

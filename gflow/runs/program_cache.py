@@ -44,6 +44,7 @@ from pathlib import Path
 import equinox as eqx
 import jax
 
+from gflow.dynamics.interrupt import call_interruptibly
 from gflow.runs.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -114,10 +115,23 @@ class ProgramCache:
     A strategy object for ``gflow.solve_flow(program_cache=...)``; the ``gflow``
     command makes one in its compilation-cache folder. One instance keeps the
     programs it loaded, so the segments of a run trace and load once.
+
+    A kept program cannot ask a signal watch from inside (``jax.export`` refuses
+    host callbacks), so with ``interrupt`` (a ``gflow.dynamics.interrupt.
+    SignalWatch``) each call, its tracing and compiling included, runs through
+    ``gflow.dynamics.interrupt.call_interruptibly``: a signal ends the wait within
+    ``POLL_S`` and raises ``KeyboardInterrupt``, the call itself is abandoned (it
+    cannot be stopped), and an uninterrupted call returns what it returns without
+    ``interrupt``, bit for bit (the same program, the same inputs).
     """
 
-    def __init__(self, folder: str | os.PathLike):
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        interrupt: Callable[[], bool] | None = None,
+    ):
         self.folder = Path(folder)
+        self.interrupt = interrupt
         self._calls: dict[str, Callable | None] = {}  # None: cannot be exported
         self._jitted: dict[Callable, Callable] = {}
         self.hits = 0  # programs read from the folder by this instance
@@ -148,6 +162,9 @@ class ProgramCache:
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
     def __call__(self, fn: Callable, *args):
+        return call_interruptibly(self._call, fn, *args, interrupt=self.interrupt)
+
+    def _call(self, fn: Callable, *args):
         dynamic, static = eqx.partition(args, eqx.is_array)
         leaves, treedef = jax.tree.flatten(dynamic)
         key = self.key(fn, static, treedef, leaves)
