@@ -188,3 +188,41 @@ def test_a_batch_flow_with_its_program_kept_on_disk_ends_within_seconds(tmp_path
     assert "interrupted" in err and "Traceback" not in err
     assert (out / "config.json").is_file()
     assert not list((out / "checkpoint").glob("segment-*"))
+
+
+@pytest.mark.slow
+def test_gflow_sweep_interrupted_inside_a_chunk_resumes(tmp_path, gflow_process):
+    """``gflow sweep`` in chunks of one member: the first (η = 0.1, 600 steps) is
+    saved at once, the second (η = 4e-5, 1.5 million steps) runs for tens of
+    seconds. SIGINT 3 s into it ends the sweep with exit 130 within seconds
+    (before, it waited for the chunk); the first chunk stays as it was, the
+    second is not saved, and ``--resume`` reads the first back and computes the
+    second."""
+    out = tmp_path / "run"
+    args = ["--quiet", "sweep", "--optimizer", "sgd", "--lrs", "0.1,4e-5"]
+    args += ["--t1", "60", "--chunk", "1", "--no-shard", "--no-figures"]
+    first = out / "checkpoint" / "members-000.npz"
+    proc = gflow_process.start(*args, "--out", str(out))
+    deadline = time.time() + 300
+    while not first.exists() and time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.05)
+    time.sleep(3)  # inside the second chunk's compiled loops
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert time.perf_counter() - sent < 5
+    assert "interrupted" in err and "Traceback" not in err
+    assert not (out / "checkpoint" / "members-001.npz").exists()
+    saved = first.stat().st_mtime_ns
+
+    stdout = gflow_process.run("--quiet", "sweep", "--resume", str(out))
+    assert "chunk(s) resumed" in stdout
+    assert first.stat().st_mtime_ns == saved  # read back, not recomputed
+    assert (out / "checkpoint" / "members-001.npz").exists()
+    assert (out / "sweep.json").is_file()

@@ -23,12 +23,14 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import equinox as eqx
 import jax
 import numpy as np
 
+from gflow.dynamics.interrupt import call_interruptibly
 from gflow.dynamics.sweep import SweepRun, run_sweep
 from gflow.runs.checkpoint import PieceStore, run_pieces
 from gflow.runs.distributed import Processes, assign, total
@@ -147,6 +149,7 @@ def run_sweep_resumable(
     mesh=None,
     progress: bool | None = None,
     processes: Processes | None = None,
+    interrupt: Callable[[], bool] | None = None,
     **kwargs,
 ) -> SweepRun | None:
     """``run_sweep`` in chunks of ``chunk`` members, each checkpointed when done.
@@ -165,6 +168,16 @@ def run_sweep_resumable(
             terminal.
         processes: this process among several that share ``checkpoint_dir`` (every
             one of them calls this function with the same arguments); None: one.
+        interrupt: whether a signal arrived (``gflow.dynamics.interrupt.
+            SignalWatch``): each chunk then runs through ``call_interruptibly``,
+            so a signal ends the wait for it at once (``KeyboardInterrupt``) and
+            the chunk is not saved: the finished chunks stay, and a resumed sweep
+            computes the interrupted one again. The vmapped loops of a chunk have
+            no place to ask a host callback each few steps (under ``vmap`` a
+            conditional callback runs at every step), so the chunk is abandoned
+            rather than stopped; its members are those of an uninterrupted call,
+            bit for bit (the same program). None: a chunk runs to its end before
+            a signal's handler runs.
 
     Returns:
         The SweepRun of all members (None on processes other than 0);
@@ -184,7 +197,17 @@ def run_sweep_resumable(
     def compute(i, previous):
         part = parts[i]
         padded = np.concatenate([part, np.repeat(part[-1:], chunk - part.size)])
-        run = run_sweep(loss_fn, model, optimizer, padded, t1=t1, mesh=mesh, **kwargs)
+        run = call_interruptibly(
+            run_sweep,
+            loss_fn,
+            model,
+            optimizer,
+            padded,
+            t1=t1,
+            mesh=mesh,
+            interrupt=interrupt,
+            **kwargs,
+        )
         return _columns(_slice(run, part.size))
 
     bar = None

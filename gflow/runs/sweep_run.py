@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -21,6 +22,7 @@ from gflow.analysis.sharpness import predicted_departure, sharpness_along
 from gflow.analysis.stage_observables import StageObservables
 from gflow.analysis.stages import detect_stages
 from gflow.analysis.sweep_compare import SweepComparison, compare_sweep
+from gflow.dynamics.interrupt import call_interruptibly
 from gflow.dynamics.references.base import evaluate_along
 from gflow.dynamics.references.central_adaptive import (
     CENTRAL_FLOW_OPTIMIZERS,
@@ -167,13 +169,16 @@ def run_sweep_members(
     checkpoint_dir=None,
     progress: bool | None = None,
     processes: Processes | None = None,
+    interrupt: Callable[[], bool] | None = None,
 ) -> SweepRun | None:
     """The members of the sweep that ``cfg`` describes, before any comparison.
 
     Members are sharded over this process's devices when ``cfg.sharded``. With
     ``processes`` (several processes joined by ``jax.distributed``, each calling this
     with the same ``cfg`` and shared ``checkpoint_dir``), each runs its chunks and
-    process 0 gets the whole sweep; the others get None.
+    process 0 gets the whole sweep; the others get None. ``interrupt`` (a
+    ``gflow.dynamics.interrupt.SignalWatch``): a signal ends the wait for the
+    running chunk at once (``run_sweep_resumable``).
     """
     loss, model = PopulationLoss(cfg.flow.chain()), cfg.flow.model()
     optimizer = optimizer_of(cfg).transform()
@@ -188,7 +193,9 @@ def run_sweep_members(
                 "processes: a sweep over several processes needs a checkpoint_dir "
                 "that they share"
             )
-        return run_sweep(loss, model, optimizer, cfg.lrs, **kwargs)
+        return call_interruptibly(
+            run_sweep, loss, model, optimizer, cfg.lrs, interrupt=interrupt, **kwargs
+        )
     return run_sweep_resumable(
         loss,
         model,
@@ -199,6 +206,7 @@ def run_sweep_members(
         chunk=cfg.chunk,
         progress=progress,
         processes=processes,
+        interrupt=interrupt,
         **kwargs,
     )
 
@@ -406,6 +414,7 @@ class SweepJob(AbstractJob[SweepConfig]):
             checkpoint_dir=directory.checkpoint,
             progress=False if context.quiet else None,
             processes=context.processes,
+            interrupt=context.interrupt,
         )
         members_s = time.perf_counter() - start
         if context.processes is not None:  # process 0 goes on alone
@@ -415,7 +424,14 @@ class SweepJob(AbstractJob[SweepConfig]):
         log.info(
             "members: %d process(es), %.2f s", members.info["processes"], members_s
         )
-        result = compare_sweep_members(cfg, members, key=jax.random.key(cfg.flow.seed))
+        # the references' solves too: nothing of them is saved before they end
+        result = call_interruptibly(
+            compare_sweep_members,
+            cfg,
+            members,
+            key=jax.random.key(cfg.flow.seed),
+            interrupt=context.interrupt,
+        )
         result["members_wall_s"] = members_s
         return cfg, result
 
