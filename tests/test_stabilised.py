@@ -27,6 +27,7 @@ from gflow.dynamics.solvers import (
     stages_needed,
     tsit5_step,
 )
+from gflow.dynamics.solvers.auto import CHEBYSHEV, EXPONENTIAL, TSIT5
 from gflow.runs import SOLVERS, FlowConfig
 
 LAMBDAS = jnp.geomspace(0.01, 1e4, 40)  # a wide real spectrum
@@ -329,8 +330,150 @@ def test_autoswitch_switches_on_a_stiff_system_and_stays_accurate():
     state = sol.solver_state
     assert isinstance(state, AutoState)
     assert int(state.num_switches) >= 1 and bool(state.stiff)
+    assert int(state.incumbent) == EXPONENTIAL  # few stiff eigenvalues, linear
     tsit = diffrax.diffeqsolve(term, diffrax.Tsit5(), **kw)
     assert int(state.num_evals) < 6 * int(tsit.stats["num_steps"]) / 5
+
+
+def _race_state(method, **kw):
+    """An AutoSwitch state after some accepted steps of ``method``."""
+    base = dict(
+        f0=jnp.zeros(2),
+        rho=jnp.asarray(1000.0),
+        num_evals=jnp.asarray(100, jnp.int32),
+        method=jnp.asarray(method, jnp.int32),
+        steps_in_mode=jnp.asarray(10, jnp.int32),
+        num_switches=jnp.asarray(1, jnp.int32),
+        v=jnp.ones(2) / np.sqrt(2),
+        incumbent=jnp.asarray(EXPONENTIAL, jnp.int32),
+        trial=jnp.asarray(False),
+        tried_other=jnp.asarray(False),
+        since_race=jnp.asarray(0, jnp.int32),
+        race_gap=jnp.asarray(32, jnp.int32),
+        cost_evals=jnp.asarray([18.0, 10.0]),
+        cost_h=jnp.asarray([0.1, 0.1]),
+    )
+    base.update({k: jnp.asarray(v) for k, v in kw.items()})
+    return AutoState(**base)
+
+
+def test_autoswitch_races_its_stiff_methods_by_measured_cost():
+    """The race's rules, step by step from hand-built states (ρ = 1000, so Tsit5 at
+    its stability limit costs 1.8 ρ = 1800 evaluations per unit time): a trial of
+    the other stiff method after race_gap stiff steps; the cheaper per unit time
+    wins it (a kept incumbent doubles the gap); a stiff method dearer than Tsit5
+    first lets the other one try, and hands back to Tsit5 only after that."""
+    solver = AutoSwitch()
+    step = jax.jit(solver._next_state)
+    h, h_rho, evals = jnp.asarray(0.1), jnp.asarray(100.0), jnp.asarray(18, jnp.int32)
+    no_jump = jnp.asarray(False)
+
+    # EXPRB32 settled, the gap reached: RKC2 goes on trial
+    st = step(_race_state(EXPONENTIAL, since_race=32), h, h_rho, evals, no_jump)
+    assert int(st.method) == CHEBYSHEV and bool(st.trial) and int(st.steps_in_mode) == 0
+    # not yet at the gap: EXPRB32 continues and its cost average moves 1/4 of the way
+    st = step(_race_state(EXPONENTIAL, since_race=5), h, h_rho, evals, no_jump)
+    assert int(st.method) == EXPONENTIAL and not bool(st.trial)
+    assert int(st.since_race) == 6 and float(st.cost_evals[0]) == pytest.approx(18.0)
+
+    # the trial's last step: RKC2 at 10 evaluations per 0.1 against EXPRB32's
+    # 18 per 0.1 wins, and the gap goes back to race_every
+    last = solver.probation + solver.race_steps - 1
+    trial = dict(trial=True, steps_in_mode=last, race_gap=64, tried_other=True)
+    st = step(
+        _race_state(CHEBYSHEV, **trial), h, h_rho, jnp.asarray(10, jnp.int32), no_jump
+    )
+    assert int(st.method) == CHEBYSHEV and int(st.incumbent) == CHEBYSHEV
+    assert not bool(st.trial) and int(st.race_gap) == solver.race_every
+    # a dearer trial (40 evaluations a step) loses: back to EXPRB32, gap doubled
+    st = step(
+        _race_state(CHEBYSHEV, cost_evals=[18.0, 40.0], **trial),
+        h,
+        h_rho,
+        jnp.asarray(40, jnp.int32),
+        no_jump,
+    )
+    assert int(st.method) == EXPONENTIAL and int(st.incumbent) == EXPONENTIAL
+    assert int(st.race_gap) == 128 and int(st.num_switches) == 2
+
+    # EXPRB32 dearer than Tsit5 (18 evaluations per 0.001 = 18 000 > 1 800): RKC2
+    # is tried first; once tried in this stiff phase, Tsit5 takes over
+    small = jnp.asarray(0.001)
+    dear = dict(cost_evals=[18.0, 10.0], cost_h=[0.001, 0.1])
+    st = step(_race_state(EXPONENTIAL, **dear), small, small * 1000, evals, no_jump)
+    assert int(st.method) == CHEBYSHEV and bool(st.trial)
+    st = step(
+        _race_state(EXPONENTIAL, tried_other=True, **dear),
+        small,
+        small * 1000,
+        evals,
+        no_jump,
+    )
+    assert int(st.method) == TSIT5 and not bool(st.trial) and int(st.since_race) == 0
+
+    # Tsit5 at h ρ = switch_on after its cooldown: the incumbent takes over
+    st = step(
+        _race_state(TSIT5, steps_in_mode=solver.cooldown, incumbent=CHEBYSHEV),
+        h,
+        jnp.asarray(solver.switch_on),
+        jnp.asarray(6, jnp.int32),
+        no_jump,
+    )
+    assert int(st.method) == CHEBYSHEV and not bool(st.tried_other)
+
+
+def _moving_well(n):
+    """A gradient flow whose stiff band (n eigenvalues up to 100 e^z) follows a
+    moving minimum x = cos(3z + b) while z grows: the Jacobian changes within a
+    step, the case where RKC2 beats the exponential steps."""
+    base = jnp.linspace(1.0, 100.0, n)
+
+    def loss(y):
+        x, z = y[:-1], y[-1]
+        return 0.5 * jnp.sum(base * jnp.exp(z) * (x - jnp.cos(3 * z + base)) ** 2) - z
+
+    grad = jax.grad(loss)
+    return diffrax.ODETerm(lambda t, y, args: -grad(y)), jnp.zeros(n + 1)
+
+
+def _moving_well_solves(*solvers):
+    term, y0 = _moving_well(60)
+    kw = dict(
+        t0=0.0,
+        t1=3.0,
+        dt0=None,
+        y0=y0,
+        saveat=diffrax.SaveAt(t1=True, solver_state=True),
+        stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-9),
+        max_steps=20_000,
+    )
+    tight = diffrax.PIDController(rtol=1e-10, atol=1e-12)
+    ref = diffrax.diffeqsolve(
+        term, diffrax.Dopri8(), **{**kw, "stepsize_controller": tight}
+    )
+    return ref.ys[-1], [diffrax.diffeqsolve(term, s, **kw) for s in solvers]
+
+
+def test_autoswitch_picks_rkc2_where_the_exponential_steps_are_held_back():
+    """On the moving well to t = 3 the race keeps RKC2, and the result is within
+    3e-5 of a tight Dopri8 reference (Tsit5 ends 1.1e-5 from it: the slow test
+    below)."""
+    ref, (sol,) = _moving_well_solves(AutoSwitch())
+    st = sol.solver_state
+    assert int(st.incumbent) == CHEBYSHEV and int(st.num_switches) >= 2
+    assert float(jnp.abs(sol.ys[-1] - ref).max()) < 3e-5
+
+
+@pytest.mark.slow
+def test_autoswitch_on_the_moving_well_costs_a_fraction_of_exprb32():
+    """The same flow: EXPRB32 alone needs more than 5× AutoSwitch's evaluations, and
+    AutoSwitch ends within 2× Tsit5's distance to the reference."""
+    ref, (sol, exp, tsit) = _moving_well_solves(
+        AutoSwitch(), EXPRB32(), diffrax.Tsit5()
+    )
+    assert 5 * int(sol.solver_state.num_evals) < int(exp.solver_state.num_evals)
+    err = float(jnp.abs(sol.ys[-1] - ref).max())
+    assert err < 2 * float(jnp.abs(tsit.ys[-1] - ref).max())
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
-"""The stiffness-aware default: Tsit5 steps while the flow is not stiff, exponential
-Rosenbrock (EXPRB32) steps once Tsit5's steps are limited by stability and the
-exponential steps are cheaper.
+"""The stiffness-aware default: Tsit5 steps while the flow is not stiff; once Tsit5's
+steps are limited by stability, whichever of two stiff methods is cheaper on this
+flow, exponential Rosenbrock (EXPRB32) or Runge-Kutta-Chebyshev (RKC2).
 
 Stiffness is detected for free, from Tsit5's own stages (Hairer, Nørsett & Wanner,
 Solving ODEs I §II.4, as in Hairer's DOPRI5 code): the last two stages are both
@@ -11,16 +11,37 @@ evaluated at t0 + h, at the points y₆ (the sixth stage) and y₇ = y₁ (the s
 estimates h times the Jacobian's spectral radius. While it stays below ``switch_on``
 (Tsit5's real stability interval ends near 3.3) the solver is Tsit5 at Tsit5's cost:
 six evaluations a step, no Jacobian-vector product. Once it reaches ``switch_on`` the
-next step is an EXPRB32 step, which costs 2 + 2(m + m₂) = 18 evaluations (m = 6 and
-m₂ = 2 Lanczos steps) however large h ρ is, while Tsit5 at its stability limit pays
-about 6/(3.3/ρ) ≈ 1.8 ρ per unit time. So the exponential steps are kept while
-h ρ ≥ ``switch_off`` = 18/1.8 = 10 (ρ now minus the most negative Lanczos Ritz value,
-kept sticky) and Tsit5 takes over below it. Two counts
-stop the switch from oscillating: a switch to EXPRB32 waits ``cooldown`` accepted
-Tsit5 steps after the last switch back, and EXPRB32 keeps at least ``probation``
-steps, enough for the controller to grow h from Tsit5's stability-limited step. One
-PID controller drives both; EXPRB32's error estimate is multiplied by
-``stiff_error_scale`` first, which calibrates the two methods' global errors.
+next step is a stiff step.
+
+Which stiff method is cheaper depends on the spectrum, and is measured, not guessed:
+
+- EXPRB32 costs 2 + 2(m + m₂) = 18 evaluations a step however large h ρ is, and
+  integrates the linearisation exactly. It wins where a few isolated eigenvalues are
+  stiff and the linearisation holds over a step (the one-layer Markov flow).
+- RKC2 costs about √(1.54 h ρ) + 3 evaluations a step (its Chebyshev stages and one
+  power-iteration product), whatever the width of the stiff band. It wins where many
+  eigenvalues are stiff and the Jacobian changes within a step, so the exponential
+  steps' error holds them far below their stability (a LayerNorm block whose input
+  scale collapses: docs/integrators.md, "The standard block's spectrum").
+
+The stiff phase starts with the method that won last (EXPRB32 at first). After
+``race_every`` accepted stiff steps the other method takes a trial of
+``probation + race_steps`` steps; the cost of each, evaluations per unit of flow time
+averaged over its last steps (after the ``probation`` steps that let the step-size
+controller adapt to it), decides which continues. A trial the incumbent wins doubles
+the gap to the next one (at most ``race_every_max``), so a flow whose best method does
+not change pays a few trials in all.
+
+Stiff steps hand back to Tsit5 where Tsit5 is cheaper: Tsit5 at its stability limit
+pays about 6/(3.3/ρ) ≈ 1.8 ρ evaluations per unit time, i.e. 1.8 h ρ for a step h, so a
+stiff step of ``e`` evaluations hands over when e > (18 / ``switch_off``)·h ρ (for
+EXPRB32: h ρ < ``switch_off`` = 10). ρ is kept sticky in the stiff phase (5 % decay a
+step), since Lanczos and power iteration on f miss the stiff end once f has no
+component along it. A switch into the stiff phase waits ``cooldown`` accepted Tsit5
+steps after the last switch back, and every switch of method keeps at least
+``probation`` steps. One PID controller drives all three; the stiff methods' error
+estimates are multiplied first by ``stiff_error_scale`` (EXPRB32) and
+``chebyshev_error_scale`` (RKC2), which calibrate their global errors to Tsit5's.
 """
 
 from __future__ import annotations
@@ -36,54 +57,87 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree, Real
 
 from gflow.dynamics.solvers.exprb import EXPRB32, exprb32_step
+from gflow.dynamics.solvers.rkc import RKC2, RKCState, power_iteration, start_vector
 from gflow.dynamics.tree import tree_norm, tree_scale
+
+TSIT5, EXPONENTIAL, CHEBYSHEV = 0, 1, 2
 
 
 class AutoState(eqx.Module):
-    """What AutoSwitch carries between steps."""
+    """What AutoSwitch carries between (accepted) steps."""
 
     f0: PyTree  # the vector field at the step's start (first same as last)
-    rho: Float[Array, ""]  # spectral radius: Hairer's estimate, then Lanczos's
+    rho: Float[Array, ""]  # spectral radius: Hairer's estimate, Lanczos's or power's
     num_evals: Int[Array, ""]  # vector-field evaluations in accepted steps (JVPs: 2)
-    stiff: Bool[Array, ""]  # the next step is an exponential step
+    method: Int[Array, ""]  # the next step's method: TSIT5, EXPONENTIAL or CHEBYSHEV
     steps_in_mode: Int[Array, ""]  # accepted steps since the last switch
-    num_switches: Int[Array, ""]  # how often the method changed, either way
+    num_switches: Int[Array, ""]  # how often the method changed, any way
+    v: PyTree  # RKC2's power-iteration vector, unit norm
+    incumbent: Int[Array, ""]  # the stiff method that won the last trial
+    trial: Bool[Array, ""]  # the current stiff method is on trial
+    tried_other: Bool[Array, ""]  # a trial ran in this stiff phase
+    since_race: Int[Array, ""]  # accepted stiff steps since the last trial ended
+    race_gap: Int[Array, ""]  # stiff steps between trials (doubles on a kept win)
+    cost_evals: Float[Array, "2"]  # per stiff method: average evaluations a step
+    cost_h: Float[Array, "2"]  # per stiff method: average step size
+
+    @property
+    def stiff(self) -> Bool[Array, ""]:
+        """The next step is a stiff step (EXPRB32 or RKC2)."""
+        return self.method != TSIT5
 
 
 class AutoSwitch(diffrax.AbstractSolver):
-    """Tsit5 until its own stages say the flow is stiff, then EXPRB32 (and back).
+    """Tsit5 until its own stages say the flow is stiff, then the cheaper of EXPRB32
+    and RKC2 as measured on the flow (and back to Tsit5 where it is cheaper).
 
-    The defaults were chosen on the default Markov flow (docs/integrators.md): to
-    t = 3000 at rtol 1e-6 it ends closer to a Dopri8 reference than Tsit5 with about
-    48× fewer gradient evaluations, and to t = 400 it costs 1.04× Tsit5's.
+    The defaults were chosen on the default Markov flow and on the standard
+    Transformer block of issue 31 (docs/integrators.md): on the Markov flow to
+    t = 3000 at rtol 1e-6 it ends closer to a Dopri8 reference than Tsit5 with far
+    fewer gradient evaluations (EXPRB32 wins its trials), and to t = 400 it costs about
+    Tsit5's; on the LayerNorm block RKC2 wins and carries the flow through the
+    stiffening that stalls EXPRB32 and Tsit5.
 
     Attributes:
-        stiff: the exponential solver of the stiff phase.
-        switch_on: Hairer's h ρ from Tsit5's stages at which EXPRB32 takes over
-            (Tsit5's real stability interval ends near 3.3).
-        switch_off: h ρ (ρ from Lanczos) below which Tsit5 takes over again: where
-            EXPRB32's 2 + 2(m + m₂) evaluations a step cost more than
-            stability-limited Tsit5 steps (18/1.8 = 10 with EXPRB32's defaults).
-        cooldown: accepted Tsit5 steps after a switch back before EXPRB32 may be
-            tried again.
-        probation: accepted EXPRB32 steps before it may hand back to Tsit5.
+        stiff: the exponential solver (its Krylov dimensions).
+        chebyshev: the Runge-Kutta-Chebyshev solver (its safety on ρ, its stage
+            limit, its power iterations per step).
+        switch_on: Hairer's h ρ from Tsit5's stages at which a stiff method takes
+            over (Tsit5's real stability interval ends near 3.3).
+        switch_off: h ρ below which an EXPRB32 step costs more than Tsit5 at its
+            stability limit (18/1.8 = 10); RKC2 steps use the same rate, 1.8 h ρ
+            evaluations for Tsit5, against their own cost.
+        cooldown: accepted Tsit5 steps after a switch back before a stiff method may
+            be tried again.
+        probation: accepted steps a method keeps after any switch (the controller
+            adapts the step to it meanwhile; a trial's cost is measured after them).
+        race_every: accepted stiff steps before the first trial of the other stiff
+            method; doubled each time the incumbent keeps its place.
+        race_every_max: the largest gap between trials.
+        race_steps: steps of a trial whose cost is measured (after ``probation``).
         stiff_error_scale: factor on EXPRB32's error estimate before the controller
-            sees it (its steps then run at a tolerance this many times tighter);
-            with 1 the final error at t = 3000 was already below Tsit5's.
+            sees it.
+        chebyshev_error_scale: factor on RKC2's error estimate (RKC2 is second
+            order; its embedded estimate understates its global error).
     """
 
     stiff: EXPRB32 = EXPRB32()
+    chebyshev: RKC2 = RKC2()
     switch_on: float = 2.5
     switch_off: float = 10.0
     cooldown: int = 200
     probation: int = 3
+    race_every: int = 32
+    race_every_max: int = 1024
+    race_steps: int = 8
     stiff_error_scale: float = 1.0
+    chebyshev_error_scale: float = 10.0
 
     #: the methods of its steps, as ``method_in_use`` numbers them
-    method_names: ClassVar[tuple[str, ...]] = ("Tsit5", "EXPRB32")
+    method_names: ClassVar[tuple[str, ...]] = ("Tsit5", "EXPRB32", "RKC2")
 
     term_structure: ClassVar = diffrax.AbstractTerm
-    # Tsit5's quartic dense output; an exponential step fills its stages so that the
+    # Tsit5's quartic dense output; a stiff step fills its stages so that the
     # quartic is the cubic Hermite polynomial of the step (``hermite_stages``)
     interpolation_cls: ClassVar[Callable] = diffrax.Tsit5.interpolation_cls
 
@@ -98,14 +152,20 @@ class AutoSwitch(diffrax.AbstractSolver):
                 "cooldown and probation must be >= 0, got "
                 f"{self.cooldown}, {self.probation}"
             )
-        if not self.stiff_error_scale > 0:
+        if not 1 <= self.race_every <= self.race_every_max or self.race_steps < 1:
             raise ValueError(
-                f"stiff_error_scale must be > 0, got {self.stiff_error_scale}"
+                "need 1 <= race_every <= race_every_max and race_steps >= 1, got "
+                f"{self.race_every}, {self.race_every_max}, {self.race_steps}"
+            )
+        if not (self.stiff_error_scale > 0 and self.chebyshev_error_scale > 0):
+            raise ValueError(
+                "stiff_error_scale and chebyshev_error_scale must be > 0, got "
+                f"{self.stiff_error_scale}, {self.chebyshev_error_scale}"
             )
 
     def method_in_use(self, state: AutoState, h: Real[ArrayLike, ""]) -> Int[Array, ""]:
-        """0 (Tsit5) or 1 (EXPRB32): the method of the next step from ``state``."""
-        return state.stiff.astype(jnp.int32)
+        """0 (Tsit5), 1 (EXPRB32) or 2 (RKC2): the method of the next step."""
+        return state.method
 
     def order(self, terms: PyTree[diffrax.AbstractTerm]) -> int:
         return 5  # Tsit5's: the controller then steps exactly as for Tsit5
@@ -118,13 +178,22 @@ class AutoSwitch(diffrax.AbstractSolver):
         y0: PyTree,
         args: PyTree,
     ) -> AutoState:
+        dtype = jax.tree.leaves(y0)[0].dtype
         return AutoState(
             f0=terms.vf(t0, y0, args),
-            rho=jnp.zeros((), jax.tree.leaves(y0)[0].dtype),
+            rho=jnp.zeros((), dtype),
             num_evals=jnp.ones((), jnp.int32),
-            stiff=jnp.zeros((), bool),
+            method=jnp.asarray(TSIT5, jnp.int32),
             steps_in_mode=jnp.asarray(self.cooldown, jnp.int32),  # may switch at once
             num_switches=jnp.zeros((), jnp.int32),
+            v=start_vector(y0),
+            incumbent=jnp.asarray(EXPONENTIAL, jnp.int32),
+            trial=jnp.zeros((), bool),
+            tried_other=jnp.zeros((), bool),
+            since_race=jnp.zeros((), jnp.int32),
+            race_gap=jnp.asarray(self.race_every, jnp.int32),
+            cost_evals=jnp.zeros(2, dtype),
+            cost_h=jnp.zeros(2, dtype),
         )
 
     def step(
@@ -141,10 +210,11 @@ class AutoSwitch(diffrax.AbstractSolver):
         h = t1 - t0
         jumped = jnp.asarray(made_jump)
         f0 = jax.lax.cond(jumped, lambda: terms.vf(t0, y0, args), lambda: st.f0)
+        evals_int = jnp.int32
 
         def explicit():
             y1, f1, y_error, h_rho, ks = tsit5_step(terms, t0, h, y0, f0, args)
-            return y1, f1, y_error, h_rho, 6, ks
+            return y1, f1, y_error, h_rho, jnp.asarray(6, evals_int), ks, st.v
 
         def exponential():
             y1, f1, y_error, rho = exprb32_step(
@@ -159,29 +229,128 @@ class AutoSwitch(diffrax.AbstractSolver):
             )
             y_error = tree_scale(self.stiff_error_scale, y_error)
             ks = hermite_stages(h, y0, y1, f0, f1)
-            return y1, f1, y_error, h * rho, self.stiff.evals_per_step, ks
+            evals = jnp.asarray(self.stiff.evals_per_step, evals_int)
+            return y1, f1, y_error, h * rho, evals, ks, st.v
 
-        y1, f1, y_error, h_rho, evals, ks = jax.lax.cond(
-            st.stiff, exponential, explicit
+        def chebyshev():
+            # power iteration warm-started from the last vector; on entering RKC2
+            # the vector is stale, so it takes more products (and ρ is sticky)
+            iters = jnp.where(
+                st.method == CHEBYSHEV,
+                self.chebyshev.power_iters,
+                self.chebyshev.init_power_iters // 3,
+            )
+            v, rho = power_iteration(terms, t0, y0, args, st.v, iters)
+            rho = jnp.maximum(rho, 0.95 * st.rho)
+            tracked = RKCState(
+                f0=f0,
+                v=v,
+                rho=rho,
+                num_evals=jnp.zeros((), evals_int),
+                max_stages=jnp.zeros((), evals_int),
+            )
+            y1, y_error, _, new, _ = self.chebyshev.advance(
+                terms, t0, t1, y0, args, tracked
+            )
+            y_error = tree_scale(self.chebyshev_error_scale, y_error)
+            ks = hermite_stages(h, y0, y1, f0, new.f0)
+            evals = new.num_evals + 2 * iters
+            return y1, new.f0, y_error, h * rho, evals, ks, v
+
+        y1, f1, y_error, h_rho, evals, ks, v = jax.lax.switch(
+            st.method, (explicit, exponential, chebyshev)
         )
-        # Lanczos on f0 misses the stiff end of the spectrum once f0 has no component
-        # along it (the stiff directions have relaxed): keep the estimate sticky in
-        # the stiff phase, forgetting 5% a step, so that a switch back to Tsit5
-        # needs the spectrum to have really shrunk
-        h_rho = jnp.where(st.stiff, jnp.maximum(h_rho, 0.95 * h * st.rho), h_rho)
-        settled = st.steps_in_mode >= jnp.where(st.stiff, self.probation, self.cooldown)
-        wanted = jnp.where(st.stiff, h_rho >= self.switch_off, h_rho >= self.switch_on)
-        stiff = jnp.where(settled, wanted, st.stiff)
-        new = AutoState(
-            f0=f1,
-            rho=jnp.where(h > 0, h_rho / jnp.where(h > 0, h, 1.0), 0.0),
-            num_evals=st.num_evals + jumped + evals,
-            stiff=stiff,
-            steps_in_mode=jnp.where(stiff == st.stiff, st.steps_in_mode + 1, 0),
-            num_switches=st.num_switches + (stiff != st.stiff),
-        )
+        new = self._next_state(st, h, h_rho, evals, jumped)
+        new = eqx.tree_at(lambda s: (s.f0, s.v), new, (f1, v))
         dense_info = dict(y0=y0, y1=y1, k=ks)
         return y1, y_error, dense_info, new, diffrax.RESULTS.successful
+
+    def _next_state(self, st, h, h_rho, evals, jumped) -> AutoState:
+        """The method of the next step, the trials and their costs, after an
+        accepted step of ``evals`` evaluations at h ρ = ``h_rho``."""
+        i32 = jnp.int32
+        dtype = st.cost_h.dtype
+        stiff_now = st.method != TSIT5
+        # Lanczos and power iteration on f miss the stiff end once f has no
+        # component along it: keep the estimate sticky in the stiff phase,
+        # forgetting 5% a step, so that leaving it needs the spectrum to shrink
+        h_rho = jnp.where(stiff_now, jnp.maximum(h_rho, 0.95 * h * st.rho), h_rho)
+        rho = jnp.where(h > 0, h_rho / jnp.where(h > 0, h, 1.0), 0.0)
+        settled = st.steps_in_mode >= jnp.where(
+            stiff_now, self.probation, self.cooldown
+        )
+
+        # the cost of the current stiff method, evaluations per unit time:
+        # averages over its settled steps (weight 1/4 on the newest; the first
+        # settled step starts them)
+        slot = jnp.clip(st.method - 1, 0, 1)
+        measured = stiff_now & settled
+        w = jnp.where(st.steps_in_mode == self.probation, 1.0, 0.25).astype(dtype)
+        e_new = (1 - w) * st.cost_evals[slot] + w * evals.astype(dtype)
+        h_new = (1 - w) * st.cost_h[slot] + w * h
+        cost_evals = jnp.where(
+            measured, st.cost_evals.at[slot].set(e_new), st.cost_evals
+        )
+        cost_h = jnp.where(measured, st.cost_h.at[slot].set(h_new), st.cost_h)
+        rate = cost_evals / jnp.where(cost_h > 0, cost_h, 1.0)
+        # Tsit5 at its stability limit: about (18 / switch_off) ρ per unit time
+        tsit5_rate = (self.stiff.evals_per_step / self.switch_off) * rho
+
+        # a trial of the other stiff method: after race_gap stiff steps, or when
+        # the current one has become dearer than Tsit5 and the other has not been
+        # tried in this stiff phase; it runs probation + race_steps steps and the
+        # cheaper of the two continues
+        other = jnp.asarray(EXPONENTIAL + CHEBYSHEV, i32) - st.method
+        dearer = measured & (rate[slot] > tsit5_rate)
+        due = (
+            measured
+            & ~st.trial
+            & ((st.since_race >= st.race_gap) | (dearer & ~st.tried_other))
+        )
+        done = (
+            stiff_now
+            & st.trial
+            & (st.steps_in_mode + 1 >= self.probation + self.race_steps)
+        )
+        trial_wins = rate[slot] < rate[jnp.clip(st.incumbent - 1, 0, 1)]
+        incumbent = jnp.where(done & trial_wins, st.method, st.incumbent)
+        race_gap = jnp.where(
+            done,
+            jnp.where(
+                trial_wins,
+                self.race_every,
+                jnp.minimum(2 * st.race_gap, self.race_every_max),
+            ),
+            st.race_gap,
+        )
+        after_race = jnp.where(due, other, jnp.where(done, incumbent, st.method))
+
+        # out of the stiff phase once Tsit5 is cheaper than the current method and
+        # no trial is pending; into it at Tsit5's stability limit
+        leave = dearer & ~st.trial & ~due
+        enter = ~stiff_now & settled & (h_rho >= self.switch_on)
+        method = jnp.where(leave, TSIT5, jnp.where(enter, incumbent, after_race))
+        method = method.astype(i32)
+        trial = jnp.where(leave | done, False, jnp.where(due, True, st.trial))
+        tried_other = jnp.where(enter, False, st.tried_other | due)
+        since_race = jnp.where(done | leave, 0, st.since_race + stiff_now.astype(i32))
+        changed = method != st.method
+        return AutoState(
+            f0=st.f0,
+            rho=rho,
+            num_evals=st.num_evals + jumped + evals,
+            method=method,
+            steps_in_mode=jnp.where(changed, 0, st.steps_in_mode + 1),
+            num_switches=st.num_switches + changed,
+            v=st.v,
+            incumbent=incumbent,
+            trial=trial,
+            tried_other=tried_other,
+            since_race=since_race,
+            race_gap=race_gap,
+            cost_evals=cost_evals,
+            cost_h=cost_h,
+        )
 
     def func(
         self,
