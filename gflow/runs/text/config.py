@@ -43,8 +43,9 @@ class TextConfig(AbstractConfig):
 
     ``method="gd"`` follows the flow with full-batch gradient descent of step ``lr``
     (its clock t_k = k·lr is the flow time); ``"flow"`` integrates it to
-    ``steps``·``lr`` with ``solver`` (a ``gflow flow`` solver name: Tsit5 by
-    default; ``rkc2`` or ``stiff`` where the loss is stiff) at ``rtol``, ``atol``.
+    ``steps``·``lr`` with ``solver`` (a ``gflow flow`` solver name: by default the
+    stiffness-aware ``auto``, Tsit5 steps until the flow is stiff) at ``rtol``,
+    ``atol``.
 
     The optimizer arm runs ``opt_steps`` steps (0: none) of ``optimizer`` from the
     same init: full batch on the fixed sample (``batch=0``; gd, adam, adamw) or on
@@ -132,9 +133,10 @@ class TextConfig(AbstractConfig):
     rtol: float = setting(1e-5, "the flow's relative tolerance")
     atol: float = setting(1e-7, "the flow's absolute tolerance")
     solver: str = setting(
-        "tsit5",
-        f"the flow's solver (--method flow): one of {', '.join(SOLVERS)}; rkc2 or "
-        "stiff where the loss is stiff",
+        "auto",
+        f"the flow's solver (--method flow): one of {', '.join(SOLVERS)}; the "
+        "default auto takes Tsit5 steps until the flow is stiff, then the cheaper "
+        "of EXPRB32 and RKC2",
     )
     optimizer: str = setting(
         "adam",

@@ -26,6 +26,10 @@ from gflow.runs.trajectory_files import param_columns, params_from_columns
 #: Settings that do not change what a run computes: where the tokeniser came from
 #: (its pieces are in the data) and whether a hub download was allowed.
 _NOT_RESULTS = ("tokenizer_file", "download")
+#: settings whose default has changed, at the default their earlier runs were hashed
+#: with: the flow's solver was Tsit5 until the stiffness-aware default (issue 31), so
+#: a run of Tsit5 keeps its pieces and one of the new default is another computation
+_HASHED_DEFAULTS = {"solver": "tsit5"}
 
 
 def text_fingerprint(cfg, data) -> str:
@@ -33,7 +37,7 @@ def text_fingerprint(cfg, data) -> str:
     ``TextData``). Settings at their defaults are left out, so that a setting added
     to gflow later, at a default that computes what was computed before, does not
     orphan the pieces of a run started earlier."""
-    default = {f.name: f.default for f in dataclasses.fields(cfg)}
+    default = {f.name: f.default for f in dataclasses.fields(cfg)} | _HASHED_DEFAULTS
     settings = {
         k: v
         for k, v in dataclasses.asdict(cfg).items()
