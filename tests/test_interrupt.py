@@ -12,11 +12,15 @@ import threading
 import time
 
 import diffrax
+import equinox as eqx
 import jax
+import jax.flatten_util
+import numpy as np
 import pytest
 
 import gflow
 from gflow.dynamics import SignalWatch
+from gflow.dynamics.flow import FlatGradientField, GradientField
 from gflow.dynamics.interrupt import abandoned, call_interruptibly
 from gflow.problems import AttentionModel, MarkovChain, PopulationLoss
 
@@ -226,3 +230,87 @@ def test_gflow_sweep_interrupted_inside_a_chunk_resumes(tmp_path, gflow_process)
     assert first.stat().st_mtime_ns == saved  # read back, not recomputed
     assert (out / "checkpoint" / "members-001.npz").exists()
     assert (out / "sweep.json").is_file()
+
+
+def test_an_implicit_solve_is_watched_and_ends_where_its_interrupt_turns_true():
+    """Implicit solvers are watched like explicit ones (their root finder's
+    tolerances filled from the step-size controller, as Diffrax fills them):
+    ImplicitEuler over a horizon of thousands of steps, with an interrupt true from
+    its 4th call on, ends after the 4th call (before, it was never asked)."""
+    loss, model = _flow_problem()
+
+    class Counting:
+        calls = 0
+
+        def __call__(self):
+            self.calls += 1
+            return self.calls >= 4
+
+    interrupt = Counting()
+    with pytest.raises(KeyboardInterrupt, match="inside the solve"):
+        gflow.solve_flow(
+            loss,
+            model,
+            t1=3000.0,
+            ts=[0.0, 3000.0],
+            solver=diffrax.ImplicitEuler(),
+            interrupt=interrupt,
+            progress=False,
+        )
+    assert 4 <= interrupt.calls <= 8
+
+
+def test_an_implicit_solver_gets_the_controllers_tolerances_as_diffrax_gives_them():
+    """``with_stepsize_tolerances`` fills what an implicit solver leaves to the
+    step-size controller, and only that; ``Watched`` refuses a solver with some
+    still unset (Diffrax would not fill them inside it)."""
+    from gflow.dynamics.solvers.watch import (
+        unset_tolerances,
+        with_stepsize_tolerances,
+    )
+
+    pid = diffrax.PIDController(rtol=1e-5, atol=1e-7)
+    kvaerno = diffrax.Kvaerno5()
+    assert unset_tolerances(kvaerno) == ("rtol", "atol", "norm")
+    filled = with_stepsize_tolerances(kvaerno, pid)
+    assert unset_tolerances(filled) == ()
+    finder = filled.root_finder
+    assert (finder.rtol, finder.atol, finder.norm) == (1e-5, 1e-7, pid.norm)
+    assert with_stepsize_tolerances(filled, pid) is filled
+    tsit5 = diffrax.Tsit5()
+    assert with_stepsize_tolerances(tsit5, pid) is tsit5
+    # under a fixed step size Diffrax refuses the solver itself: left unwatched
+    assert with_stepsize_tolerances(kvaerno, diffrax.ConstantStepSize()) is None
+    with pytest.raises(ValueError, match="rtol, atol, norm"):
+        gflow.dynamics.solvers.Watched(kvaerno, 0.0, 1.0)
+    gflow.dynamics.solvers.Watched(filled, 0.0, 1.0)
+
+
+@pytest.mark.slow
+def test_an_implicit_solve_shows_its_progress_and_solves_as_before(capfd):
+    """Progress lines name the implicit solver; the watched solve takes the steps
+    Diffrax takes with the solver unwrapped (the same counts, the same end to
+    round-off: a different program)."""
+    loss, model = _flow_problem()
+    kw = dict(t1=30.0, ts=[0.0, 30.0], rtol=1e-8, solver=diffrax.ImplicitEuler())
+    traj = gflow.solve_flow(loss, model, progress=True, **kw)
+    err = capfd.readouterr().err
+    assert traj.status == "success"
+    assert "ImplicitEuler" in err and "step 100" in err
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    y0, unravel = jax.flatten_util.ravel_pytree(params)
+    field = FlatGradientField(GradientField(loss, static), unravel)
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(field),
+        diffrax.ImplicitEuler(),
+        t0=0.0,
+        t1=30.0,
+        dt0=None,
+        y0=y0,
+        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+        max_steps=10**6,
+    )
+    assert traj.stats["num_steps"] == int(sol.stats["num_steps"])
+    assert traj.stats["num_rejected_steps"] == int(sol.stats["num_rejected_steps"])
+    final = jax.flatten_util.ravel_pytree(eqx.filter(traj.final, eqx.is_inexact_array))
+    np.testing.assert_allclose(final[0], sol.ys[-1], rtol=1e-12, atol=1e-14)

@@ -16,7 +16,11 @@ from jaxtyping import Array, ArrayLike, PyTree, Real
 from gflow.array_types import LossFn, Model, Observables
 from gflow.dynamics.metrics import evaluate_metrics
 from gflow.dynamics.solvers import AutoSwitch, Watched, stall_report
-from gflow.dynamics.solvers.watch import method_names, solver_rho
+from gflow.dynamics.solvers.watch import (
+    method_names,
+    solver_rho,
+    with_stepsize_tolerances,
+)
 from gflow.dynamics.trajectory import Status, Trajectory
 
 DEFAULT_NUM_SAVES = 201
@@ -94,11 +98,15 @@ def _solve_arrays(
 ):
     y0, unravel = jax.flatten_util.ravel_pytree(params)
     dtype = y0.dtype
-    # the step size and the method in use, recorded (and shown with the progress bar)
-    watched = not isinstance(solver, diffrax.AbstractImplicitSolver)
+    # the step size and the method in use, recorded (and shown with the progress
+    # bar); an implicit solver with its root finder's tolerances filled as Diffrax
+    # fills them, since Diffrax does not see it inside Watched (None: it cannot be,
+    # and Diffrax refuses it)
+    filled = with_stepsize_tolerances(solver, controller)
+    watched = filled is not None
     if watched:
         show = not isinstance(progress_meter, diffrax.NoProgressMeter)
-        solver = Watched(solver, t0, t1, show=show, interrupt=interrupt)
+        solver = Watched(filled, t0, t1, show=show, interrupt=interrupt)
 
     def save_fn(t, y, args):
         p = unravel(y)
@@ -255,9 +263,12 @@ def solve_flow(
             signal arrived); once it is true the solve ends there and
             ``KeyboardInterrupt`` is raised, unless the signal's own handler
             raised first. A program with this host callback cannot be kept by
-            ``program_cache`` (it is traced instead). Implicit solvers are not
-            watched, so they are not interrupted inside the solve. None: the
-            solve runs to its end before a signal's handler runs.
+            ``program_cache`` (it is traced instead). Implicit solvers are
+            watched too (their root finder's tolerances filled from the
+            step-size controller, as Diffrax fills them), except one whose
+            tolerances are unset under a fixed step size, which Diffrax
+            refuses. None: the solve runs to its end before a signal's
+            handler runs.
 
     Returns:
         A Trajectory with status ``"success"``, ``"max_steps"``, ``"diverged"``

@@ -26,6 +26,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from diffrax._root_finder import use_stepsize_tol  # what diffeqsolve checks for
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree, Real
 
 
@@ -90,12 +91,48 @@ def _show(t, t0, t1, h, index, rho, count, *, names):
         tqdm.write(text, file=sys.stderr)
 
 
+_TOLERANCES = ("rtol", "atol", "norm")
+
+
+def unset_tolerances(solver: diffrax.AbstractSolver) -> tuple[str, ...]:
+    """The root-finder tolerances an implicit solver leaves to the step-size
+    controller (``diffrax.use_stepsize_tol``); () for an explicit solver."""
+    if not isinstance(solver, diffrax.AbstractImplicitSolver):
+        return ()
+    finder = solver.root_finder
+    return tuple(a for a in _TOLERANCES if getattr(finder, a, None) is use_stepsize_tol)
+
+
+def with_stepsize_tolerances(
+    solver: diffrax.AbstractSolver,
+    controller: diffrax.AbstractStepSizeController,
+) -> diffrax.AbstractSolver | None:
+    """``solver`` with its root finder's tolerances that it leaves to the step-size
+    controller set to the controller's, as ``diffrax.diffeqsolve`` sets them (so a
+    solve of the result is the solve Diffrax would make of ``solver``); None when
+    some are unset and ``controller`` is not adaptive (Diffrax then refuses the
+    solver itself). Explicit solvers and set tolerances are returned as they are.
+    """
+    unset = unset_tolerances(solver)
+    if not unset:
+        return solver
+    if not isinstance(controller, diffrax.AbstractAdaptiveStepSizeController):
+        return None
+    return eqx.tree_at(
+        lambda s: tuple(getattr(s.root_finder, a) for a in unset),
+        solver,
+        tuple(getattr(controller, a) for a in unset),
+    )
+
+
 class Watched(diffrax.AbstractSolver):
     """``solver``'s steps, with the step size recorded and (``show``) a progress line.
 
     Attributes:
-        solver: the solver that takes the steps (not an implicit one: Diffrax fills
-            an implicit solver's root-finder tolerances only when it sees it).
+        solver: the solver that takes the steps. An implicit one must have its
+            root finder's tolerances set: Diffrax fills those left to the step-size
+            controller (``use_stepsize_tol``) only in a solver it sees, not in one
+            wrapped here; ``with_stepsize_tolerances`` fills them as Diffrax does.
         t_start, t_end: the solve's interval (Diffrax's ``init`` sees only the
             first step's), for the progress fraction and to tell the last step.
         show: write progress lines (at ``refresh``, 2 ``refresh``, 4 ``refresh``, ...
@@ -118,8 +155,12 @@ class Watched(diffrax.AbstractSolver):
     check_every: int = eqx.field(static=True, default=32)
 
     def __check_init__(self):
-        if isinstance(self.solver, diffrax.AbstractImplicitSolver):
-            raise ValueError("Watched cannot wrap an implicit solver")
+        if unset_tolerances(self.solver):
+            raise ValueError(
+                f"Watched cannot wrap {type(self.solver).__name__} with its root "
+                f"finder's {', '.join(unset_tolerances(self.solver))} left to the "
+                "step-size controller: fill them first (with_stepsize_tolerances)"
+            )
         if self.refresh < 1:
             raise ValueError(f"refresh must be >= 1, got {self.refresh}")
         if self.check_every < 1:
