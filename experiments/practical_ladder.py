@@ -55,8 +55,13 @@ DOC = ROOT / "docs" / "practical_models.md"
 START, END = "<!-- practical_ladder:start -->", "<!-- practical_ladder:end -->"
 CONTROL = ("<!-- practical_controls:start -->", "<!-- practical_controls:end -->")
 TEXT = ("<!-- practical_text:start -->", "<!-- practical_text:end -->")
+TEXT_CONTROL = (
+    "<!-- practical_text_controls:start -->",
+    "<!-- practical_text_controls:end -->",
+)
 FIGURE = ROOT / "docs" / "figures" / "practical_ladder.png"
 TEXT_FIGURE = ROOT / "docs" / "figures" / "practical_ladder_text.png"
+TEXT_CONTROL_FIGURE = ROOT / "docs" / "figures" / "practical_ladder_text_controls.png"
 #: The vocabulary of the BPE corpora (``--text``): 128 pieces, of which about 60 are
 #: the corpus's characters, so the merges make the common words and ▁-word pieces.
 TEXT_VOCAB = 128
@@ -206,14 +211,28 @@ CORPORA = {
 }
 DATA_ROOT = ROOT.parent / "shared" / "data"
 
+#: The text controls of ``--text-controls``: a corpus of CORPORA with its pieces in a
+#: random order (a fixed permutation of the whole piece sequence, from
+#: ``numpy.random.default_rng(SHUFFLE_SEED)``). The unigram frequencies are the
+#: corpus's, but the context says nothing about the next piece, so the Bayes loss is
+#: the unigram loss and no attention pattern helps: a focus or dilution found there
+#: is the detector firing on nothing.
+SHUFFLED = {
+    "tinystories-bpe-isolated-shuffled": "tinystories-bpe-isolated",
+    "tinystories-bpe-prefix-shuffled": "tinystories-bpe-prefix",
+}
+SHUFFLE_SEED = 0
+
 
 def bpe_data(cfg: Config, name: str) -> dc.Data:
     """A corpus cut by a BPE tokeniser of ``cfg.vocab_size`` pieces trained on it
     (offline), in the whitespace mode of ``CORPORA[name]``; held out and sampled
-    as ``deep_cycle.corpus_data`` does with words."""
+    as ``deep_cycle.corpus_data`` does with words. A name of ``SHUFFLED``: its
+    corpus with the pieces permuted before the split."""
     from gflow.text import SubwordTokenizer, Vocabulary, load_corpus
 
-    file, whitespace = CORPORA[name]
+    shuffled = name in SHUFFLED
+    file, whitespace = CORPORA[SHUFFLED.get(name, name)]
     text = load_corpus(DATA_ROOT / file, max_chars=cfg.max_chars)
     tok = SubwordTokenizer.train(
         text, kind="bpe", vocab_size=cfg.vocab_size, whitespace=whitespace
@@ -221,6 +240,8 @@ def bpe_data(cfg: Config, name: str) -> dc.Data:
     pieces = tok(text)
     vocab = Vocabulary.build(pieces, tok.vocab_size)
     ids = vocab.encode(pieces)
+    if shuffled:
+        ids = np.asarray(ids)[np.random.default_rng(SHUFFLE_SEED).permutation(len(ids))]
     share = np.bincount(ids, minlength=len(vocab)).max() / len(ids)
     return dc.corpus_data(
         cfg,
@@ -231,6 +252,11 @@ def bpe_data(cfg: Config, name: str) -> dc.Data:
             f"{file}, {n} BPE pieces ({cfg.max_chars} characters, "
             f"{len(vocab)} pieces, ▁ {whitespace}), most frequent {top!r} "
             f"({share:.0%} of all pieces)"
+            + (
+                f"; control: pieces in a random order (permutation seed {SHUFFLE_SEED})"
+                if shuffled
+                else ""
+            )
         ),
     )
 
@@ -244,9 +270,10 @@ def load_data(cfg: Config) -> dict[str, dc.Data]:
             out[name] = iid_data(cfg)
         elif name == "icl-markov":
             out[name] = icl_data(cfg)
-        elif name in CORPORA:
-            if not (DATA_ROOT / CORPORA[name][0]).exists():
-                print(f"skipping {name}: {DATA_ROOT / CORPORA[name][0]} is absent")
+        elif name in CORPORA or name in SHUFFLED:
+            file = DATA_ROOT / CORPORA[SHUFFLED.get(name, name)][0]
+            if not file.exists():
+                print(f"skipping {name}: {file} is absent")
                 continue
             out[name] = bpe_data(cfg, name)
         else:
@@ -279,7 +306,14 @@ def train_argv(cfg: Config, data: str, rung: str, method: str, seed: int) -> lis
     ``gflow train`` draws its own samples and batches from the seed (a fixed sample
     from its own key, fresh minibatches, a held-out sample), so its numbers are
     another draw of the same cell, not the cached run's. The i.i.d. control is the
-    chain at λ = 0; the BPE corpora train their tokeniser as the ladder does."""
+    chain at λ = 0; the BPE corpora train their tokeniser as the ladder does. The
+    shuffled-text controls have no command line (gflow train does not shuffle a
+    corpus): a ValueError says so."""
+    if data in SHUFFLED:
+        raise ValueError(
+            f"{data} is a control of this experiment only: gflow train does not "
+            "shuffle a corpus"
+        )
     argv = ["train", "--model", "transformer", "--d-model", str(cfg.d_model)]
     for key, value in model_settings(cfg, rung).items():
         if isinstance(value, bool):
@@ -679,6 +713,11 @@ def main(argv=None) -> int:
         action="store_true",
         help="TinyStories and WikiText cut by BPE in both whitespace modes only",
     )
+    p.add_argument(
+        "--text-controls",
+        action="store_true",
+        help="TinyStories cut by BPE in both modes with its pieces shuffled only",
+    )
     p.add_argument("--rungs", help="comma-separated rung numbers (default: all)")
     p.add_argument("--seeds", help="comma-separated seeds (default: 0,1,2)")
     args = p.parse_args(argv)
@@ -706,19 +745,24 @@ def main(argv=None) -> int:
             end=CONTROL[1],
         )
         return 0
-    if args.text:
+    if args.text or args.text_controls:
         cfg = dataclasses.replace(
             cfg,
-            datasets=tuple(CORPORA),
-            tag=cfg.tag + "-text",
+            datasets=tuple(SHUFFLED if args.text_controls else CORPORA),
+            tag=cfg.tag + ("-text-controls" if args.text_controls else "-text"),
             vocab_size=TEXT_VOCAB,
             seeds=cfg.seeds if args.seeds or args.quick else (0, 1, 2),
             max_chars=20_000 if args.quick else 200_000,
         )
         if not args.doc_only:
             run(cfg)
-        text = page(cfg, TEXT_FIGURE, " --text")
-        _docs.publish(text, quick=args.quick, doc=DOC, start=TEXT[0], end=TEXT[1])
+        figure_path, flag, (start, end) = (
+            (TEXT_CONTROL_FIGURE, " --text-controls", TEXT_CONTROL)
+            if args.text_controls
+            else (TEXT_FIGURE, " --text", TEXT)
+        )
+        text = page(cfg, figure_path, flag)
+        _docs.publish(text, quick=args.quick, doc=DOC, start=start, end=end)
         return 0
     if not args.doc_only:
         run(cfg)
