@@ -317,3 +317,33 @@ def test_an_implicit_solve_shows_its_progress_and_solves_as_before(capfd):
     assert traj.stats["num_rejected_steps"] == int(sol.stats["num_rejected_steps"])
     final = jax.flatten_util.ravel_pytree(eqx.filter(traj.final, eqx.is_inexact_array))
     np.testing.assert_allclose(final[0], sol.ys[-1], rtol=1e-12, atol=1e-14)
+
+
+def test_a_signal_handled_inside_a_host_callback_is_still_an_interrupt():
+    """A signal's handler runs wherever the main thread runs Python, also inside a
+    host callback of the compiled solve (the watch's, a progress line's); the
+    KeyboardInterrupt it raises there reaches the caller as a JAX runtime error
+    (``gflow flow`` then ended in a traceback and exit 1 at SIGTERM, about one
+    run in five of test_resume_cli). With the signal noted by the watch,
+    ``solve_flow`` raises KeyboardInterrupt instead."""
+    loss, model = _flow_problem()
+
+    class RaisingInside:
+        calls = 0
+
+        def __call__(self):
+            self.calls += 1
+            if self.calls == 4:  # the handler, run inside the callback
+                raise KeyboardInterrupt
+            return self.calls > 4  # the watch saw the signal
+
+    with pytest.raises(KeyboardInterrupt, match="inside the solve"):
+        gflow.solve_flow(
+            loss,
+            model,
+            t1=3000.0,
+            ts=[0.0, 3000.0],
+            solver=diffrax.Tsit5(),
+            interrupt=RaisingInside(),
+            progress=False,
+        )

@@ -319,15 +319,22 @@ def solve_flow(
         meter,
         interrupt,
     )
-    if program_cache is None:
-        out = _solve(*args)
-    else:
-        out = program_cache(_solve_arrays, *args)
+    try:
+        if program_cache is None:
+            out = _solve(*args)
+        else:
+            out = program_cache(_solve_arrays, *args)
+        if interrupt is not None:  # the solve ended: at t1, or where it was asked
+            jax.block_until_ready(out)
+    except Exception as e:
+        # a signal's handler that ran inside a host callback (the watch's, a
+        # progress line's) raised there, and JAX reports a runtime error
+        if interrupt is not None and interrupt():
+            raise KeyboardInterrupt("interrupted by a signal inside the solve") from e
+        raise
+    if interrupt is not None and interrupt():
+        raise KeyboardInterrupt("interrupted by a signal inside the solve")
     ts_saved, saved, final, t_last, code, stats, num_evals, watch = out
-    if interrupt is not None:
-        jax.block_until_ready(out)  # the solve ended: at t1, or where it was asked
-        if interrupt():
-            raise KeyboardInterrupt("interrupted by a signal inside the solve")
     final_flat = jnp.asarray(final)
     final = _unravel_rows(np.asarray(final), params)
     ts_saved = np.asarray(ts_saved)
