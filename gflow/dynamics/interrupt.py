@@ -22,6 +22,10 @@ interrupt then ends the wait at once; the compiled call cannot be stopped, so it
 *abandoned*: its thread runs on, unused, until the call ends or the process exits
 (``abandoned()``; the ``gflow`` command exits at once). The program and its inputs
 are those of a call in the main thread, so its results are bit for bit the same.
+Why not stop the work instead, by cutting a solve into host-level chunks of at most
+N steps with the check between them: Diffrax's solution does not hold the step it
+would take next, and a solve restarted from a step's end recomputes that step's end
+as t0 + dt0, which rounds, so the chunks need not be bit-identical to one solve.
 """
 
 from __future__ import annotations
