@@ -204,6 +204,11 @@ def table() -> str:
         head = (
             f"Machine: {m['processor']}, {m['cpus']} CPUs, {m['platform']}, "
             f"devices {m['devices']}, jax {m['jax']}; first record {m['date']}. "
+            "Seeds: every row is one timed configuration; the default flow starts "
+            "from the initial weights of `jax.random.key(0)` "
+            "(`benchmarks.common.SEED`), and each section's module names the "
+            "keys of its other samples (e.g. `seqloss`: tokens from "
+            "`jax.random.key(1)`; `sweep`: `jax.random.key(2)`). "
             f"Each row gives the 1-minute load average at which it was taken; rows "
             f"taken above {MAX_LOAD} are withheld until rerun on a quiet machine.\n\n"
         )
