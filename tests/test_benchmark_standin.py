@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.standin import _within, gd_final
+from benchmarks.standin import _within, cheapest_within, gd_final
 
 
 class _Quadratic(eqx.Module):
@@ -34,3 +34,17 @@ def test_a_diverged_gd_is_never_within_delta():
     assert not np.all(np.isfinite(x))
     assert not _within({"distance": None}, 1e-3)
     assert _within({"distance": 1e-3}, 1e-3) and not _within({"distance": 2e-3}, 1e-3)
+
+
+def test_the_pick_is_the_cheapest_run_within_delta_not_the_loosest():
+    """A looser rtol can cost more steps: the pick is the fewest evaluations among
+    the runs within δ; runs outside δ or diverged are never picked."""
+    rows = [
+        {"rtol": 1e-3, "grad_evals": 3000, "distance": 2e-3},
+        {"rtol": 4e-4, "grad_evals": 5400, "distance": 9e-4},
+        {"rtol": 3e-4, "grad_evals": 5200, "distance": 6e-4},
+        {"rtol": 1e-4, "grad_evals": 5500, "distance": 1e-4},
+        {"rtol": 1e-2, "grad_evals": 10, "distance": None},
+    ]
+    assert cheapest_within(rows, 1e-3)["rtol"] == 3e-4
+    assert cheapest_within(rows, 1e-5) is None
