@@ -159,8 +159,8 @@ def suggest(report: StallReport) -> tuple[str, ...]:
         out.append(
             f"a stiff method: the steps are limited by stability (h·λ_max = {hl:.3g}, "
             f"Tsit5 is stable below {EXPLICIT_LIMIT}): solver=AutoSwitch() (the "
-            "default; exponential steps for a few stiff eigenvalues) or RKC2() (a wide "
-            "stiff spectrum)"
+            "default; exponential or Chebyshev steps, whichever is cheaper on the "
+            "flow) or RKC2() (a wide stiff spectrum)"
         )
     if stiff_solver and report.method == "Tsit5" and hl is not None and hl >= 1.0:
         out.append(
