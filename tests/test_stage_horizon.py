@@ -187,6 +187,63 @@ def test_provisional_reads_back_and_is_written_only_when_true():
         )
 
 
+def _seed_result(res: dict, load: float = 0.5) -> dict:
+    return res | {"steps": 100, "load": load}
+
+
+def test_the_table_over_seeds_counts_the_check_and_spreads_the_starts():
+    """experiments/stage_horizon.py's summary over seeds, on the stored default
+    flow (401 saved times, seen as seed 0) and two edited copies: one where a
+    closed stage of t1 = 6000 is missing at 10⁴ (the check fails), one whose
+    starts are moved and whose focus 2 is missing."""
+    import copy
+
+    from experiments import stage_horizon as sh
+
+    one = sh.analyse(_long_flow(), PI, HORIZONS)
+    assert one["check"] and "heads" not in one
+    assert list(one["runs"]) == ["1500", "3000", "6000", "10000"]
+    assert one["closed_at_t1"] == 5  # C, F, D, A of cycle 1 and focus 2
+    assert one["starts"]["focus 2"] == {"t": 625.0, "provisional": False}
+    broken = copy.deepcopy(one)
+    broken["runs"]["10000"] = broken["runs"]["10000"][1:]  # condensation dropped
+    broken["check"] = sh.consistent(list(broken["runs"].values()))
+    broken["closed_at_t1"] = 4
+    assert not broken["check"]
+    moved = copy.deepcopy(one)
+    moved["starts"]["focus 1"]["t"] = 85.0
+    moved["starts"]["asymmetry_lifting 1"] |= {"t": 150.0, "provisional": True}
+    del moved["starts"]["focus 2"]
+    seeds = {"0": one, "1": broken, "2": moved}
+    summ = sh.summarize(seeds)
+    assert summ["n"] == 3 and summ["check"] == 2
+    f1 = summ["focus 1"]
+    assert (f1["median"], f1["min"], f1["max"]) == (75.0, 75.0, 85.0)
+    assert summ["asymmetry_lifting 1"]["provisional"] == 1
+    assert summ["focus 2"]["found"] == 2
+    res = {
+        "t1": 10000.0,
+        "dt": 25.0,
+        "sample_key": 1,
+        "seconds": 12.0,
+        "uptime_at_start": "load average: 0.50, 0.40, 0.30",
+        "seeds": {k: _seed_result(v, 0.5 + int(k)) for k, v in seeds.items()},
+        "summary": summ,
+    }
+    text = sh.render(res)
+    assert "init seeds 0, 1, 2," in text and "wall time 12 s" in text
+    assert "at each seed's start: 0.50, 1.50, 2.50" in text
+    assert sh.gone(one["runs"]) == ["dilution 3 (t1 = 3000)"]
+    assert "| 1 | False | 4 | 75 (closed) |" in text
+    assert (
+        "| 2 | True | 5 | 85 (closed) | 100 (closed) | 150 (provisional) | none "
+        "| dilution 3 (t1 = 3000) |" in text
+    )
+    assert "focus 1 75 [75, 85] (0 of 3 provisional)" in text
+    assert "focus 2 625 [625, 625] (0 of 2 provisional, found in 2)" in text
+    assert "The check holds in **2 of 3** seeds." in text
+
+
 @pytest.mark.slow
 def test_gflow_flow_to_each_horizon_closes_the_same_stages():
     """The default flow run to t1 = 1500, 3000, 6000, 10⁴ on one grid (dt = 5,
@@ -245,3 +302,22 @@ def test_the_head_rules_find_the_flows_lifting_on_the_one_layer_run():
     assert len(glob) == 1 and len(own) == 1
     assert (glob[0].t_start, glob[0].t_end) == (flow_lift.t_start, flow_lift.t_end)
     assert own[0].t_start > glob[0].t_end
+
+
+@pytest.mark.slow
+def test_stage_horizon_over_two_seeds_is_resumable(tmp_path, capsys):
+    """experiments/stage_horizon.py's collect on a short instance (t1 = 600,
+    prefixes 300 and 600, seeds 0 and 1): one result per seed with the check, a
+    rerun with a third seed flows only that one, other settings start over."""
+    from experiments import stage_horizon as sh
+
+    kw = dict(path=tmp_path / "seeds.json", t1=600.0, dt=5.0, horizons=(300.0, 600.0))
+    res = sh.collect([0, 1], **kw)
+    assert list(res["seeds"]) == ["0", "1"] and res["summary"]["check"] == 2
+    assert "heads" in res["seeds"]["0"] and res["seeds"]["1"]["steps"] > 0
+    assert "seed 0:" in capsys.readouterr().out
+    again = sh.collect([0, 1, 2], **kw)
+    out = capsys.readouterr().out
+    assert "seed 2:" in out and "seed 0:" not in out
+    assert again["seeds"]["0"] == res["seeds"]["0"]
+    assert "The check holds in **3 of 3** seeds." in sh.render(again)
