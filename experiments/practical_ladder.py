@@ -667,6 +667,10 @@ def page(cfg: Config, path: Path | None = None, flags: str = "") -> str:
         table,
         "",
         f"![fraction of heads per stage, rung by rung](figures/{path.name})",
+    ]
+    if example[0] in SHUFFLED:  # a control of this experiment: no command line
+        return "\n".join(lines) + "\n"
+    lines += [
         "",
         "Every cell runs from the command line too, as `gflow train` with the "
         "rung's flags (`train_argv`; its own draws of the samples and batches, so "
@@ -678,6 +682,45 @@ def page(cfg: Config, path: Path | None = None, flags: str = "") -> str:
         "```",
     ]
     return "\n".join(lines) + "\n"
+
+
+def control_comparison(runs: list[dict], controls: list[dict]) -> str:
+    """Each shuffled corpus against its corpus: heads with a focus and with a
+    dilution per method, pooled over the rungs 0-2 (no residual) and 3-8, with
+    95% Wilson intervals."""
+    _, real = cell_table(runs)
+    _, ctrl = cell_table(controls)
+    groups = (("0-2", ("0", "1", "2")), ("3-8", tuple("345678")))
+
+    def pooled(records, data, method, rungs, key):
+        rows = [
+            r
+            for r in records
+            if r["data"] == data
+            and r["method"] == method
+            and r["rung"].split()[0] in rungs
+        ]
+        k, n = sum(r[key] for r in rows), sum(r["heads"] for r in rows)
+        lo, hi = _wilson(k, n)
+        return f"{k}/{n} [{lo:.2f}, {hi:.2f}]"
+
+    lines = [
+        "| corpus | method | rungs | focus: text | focus: shuffled | dilution: text "
+        "| dilution: shuffled |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for control, corpus in SHUFFLED.items():
+        for method in dc.METHODS:
+            for label, rungs in groups:
+                cells = [
+                    pooled(records, data, method, rungs, key)
+                    for key in ("focus", "dilution")
+                    for records, data in ((real, corpus), (ctrl, control))
+                ]
+                lines.append(
+                    f"| {corpus} | {method} | {label} | " + " | ".join(cells) + " |"
+                )
+    return "\n".join(lines)
 
 
 def controls_page(cfg: Config) -> str:
@@ -762,6 +805,18 @@ def main(argv=None) -> int:
             else (TEXT_FIGURE, " --text", TEXT)
         )
         text = page(cfg, figure_path, flag)
+        if args.text_controls:
+            real = dataclasses.replace(
+                cfg, datasets=tuple(CORPORA), tag=cfg.tag.replace("-controls", "")
+            )
+            if _runs(real):
+                text += (
+                    "\nThe controls against their corpora (the block above this "
+                    "one), heads pooled over the rungs without a residual stream "
+                    "(0-2) and with one (3-8):\n\n"
+                    + control_comparison(_runs(real), _runs(cfg))
+                    + "\n"
+                )
         _docs.publish(text, quick=args.quick, doc=DOC, start=start, end=end)
         return 0
     if not args.doc_only:

@@ -205,3 +205,54 @@ def test_the_shuffled_text_control_keeps_the_pieces_and_drops_their_order(
     assert before > 2 * bias and abs(after - bias) < 0.1 * bias
     with pytest.raises(ValueError, match="gflow train does not shuffle"):
         pl.train_argv(cfg, "tinystories-bpe-isolated-shuffled", "0 paper", "gd", 0)
+
+
+def _run(data, rung, method, stages, heads=(1, 1)):
+    """A cached run as cell_table reads it: one saved time, ``heads`` = (layers,
+    heads), ``stages`` = [(layer, head, stage, cycle)]."""
+    return {
+        "data": data,
+        "rung": rung,
+        "method": method,
+        "seed": 0,
+        "status": "success",
+        "head_entropy": np.zeros((1, *heads)).tolist(),
+        "stages": [
+            {"layer": lay, "head": h, "stage": st, "cycle": c}
+            for lay, h, st, c in stages
+        ],
+        "key_classes": [["diffuse"] * heads[1]] * heads[0],
+    }
+
+
+def test_the_control_comparison_pools_heads_by_rung_group():
+    """Rungs 0-2 and 3-8 are pooled apart, each side counts its own heads, and
+    the brackets are the Wilson intervals of the pooled counts."""
+    corpus, control = "tinystories-bpe-isolated", "tinystories-bpe-isolated-shuffled"
+    real = [
+        _run(corpus, "0 paper", "gd", [(0, 0, "focus", 1)]),
+        _run(corpus, "1 +heads", "gd", [(0, 1, "dilution", 1)], heads=(1, 2)),
+        _run(
+            corpus, "4 +pre-LN", "gd", [(0, 0, "focus", 1), (1, 1, "focus", 1)], (2, 2)
+        ),
+    ]
+    shuffled = [
+        _run(control, "0 paper", "gd", []),
+        _run(control, "5 +value/output", "gd", [(0, 0, "focus", 1)], (2, 2)),
+    ]
+    table = pl.control_comparison(real, shuffled).splitlines()
+    row = {
+        tuple(c.strip() for c in line.split("|")[1:4]): [
+            c.strip() for c in line.split("|")[4:8]
+        ]
+        for line in table[2:]
+    }
+    lo, hi = pl._wilson(1, 3)
+    assert row[(corpus, "gd", "0-2")] == [
+        f"1/3 [{lo:.2f}, {hi:.2f}]",
+        "0/1 [0.00, 0.79]",
+        f"1/3 [{lo:.2f}, {hi:.2f}]",
+        "0/1 [0.00, 0.79]",
+    ]
+    assert row[(corpus, "gd", "3-8")][:2] == ["2/4 [0.15, 0.85]", "1/4 [0.05, 0.70]"]
+    assert row[(corpus, "adamw", "3-8")][0].startswith("0/0")
