@@ -15,6 +15,7 @@ ROOT = Path(__file__).parent.parent
 EXAMPLES = [
     ("README.md", "Python in ten lines"),
     ("docs/concepts.md", "Deep models in Python"),
+    ("docs/concepts.md", "The flow of a standard block"),
     ("docs/monitor.md", "Monitor a training loop"),
     ("docs/monitor.md", "From PyTorch"),
     ("docs/monitor.md", "From Hugging Face"),
