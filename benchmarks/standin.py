@@ -104,7 +104,7 @@ def _gd_row(loss, model, t1, lr, x_ref) -> dict:
 
 def run(*, t1: float = 1000.0, delta: float = 1e-3) -> dict:
     from gflow import solve_flow
-    from gflow.analysis.sharpness import sharpness_along
+    from gflow.analysis import sharpness_along
 
     from .stiff import reference
 

@@ -19,9 +19,13 @@ import numpy as np
 import pytest
 
 import gflow
-from gflow.dynamics import SignalWatch
-from gflow.dynamics.flow import FlatGradientField, GradientField
-from gflow.dynamics.interrupt import abandoned, call_interruptibly
+from gflow.dynamics import (
+    FlatGradientField,
+    GradientField,
+    SignalWatch,
+    abandoned,
+    call_interruptibly,
+)
 from gflow.problems import AttentionModel, MarkovChain, PopulationLoss
 
 
@@ -267,7 +271,7 @@ def test_an_implicit_solver_gets_the_controllers_tolerances_as_diffrax_gives_the
     """``with_stepsize_tolerances`` fills what an implicit solver leaves to the
     step-size controller, and only that; ``Watched`` refuses a solver with some
     still unset (Diffrax would not fill them inside it)."""
-    from gflow.dynamics.solvers.watch import (
+    from gflow.dynamics.solvers import (
         unset_tolerances,
         with_stepsize_tolerances,
     )

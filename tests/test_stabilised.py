@@ -27,7 +27,6 @@ from gflow.dynamics.solvers import (
     stages_needed,
     tsit5_step,
 )
-from gflow.dynamics.solvers.auto import CHEBYSHEV, EXPONENTIAL, TSIT5
 from gflow.runs import SOLVERS, FlowConfig
 
 LAMBDAS = jnp.geomspace(0.01, 1e4, 40)  # a wide real spectrum
@@ -333,6 +332,11 @@ def test_autoswitch_switches_on_a_stiff_system_and_stays_accurate():
     assert int(state.incumbent) == EXPONENTIAL  # few stiff eigenvalues, linear
     tsit = diffrax.diffeqsolve(term, diffrax.Tsit5(), **kw)
     assert int(state.num_evals) < 6 * int(tsit.stats["num_steps"]) / 5
+
+
+# AutoSwitch's method numbers (method_in_use), checked against its names below
+TSIT5, EXPONENTIAL, CHEBYSHEV = range(3)
+assert AutoSwitch.method_names == ("Tsit5", "EXPRB32", "RKC2")
 
 
 def _race_state(method, **kw):

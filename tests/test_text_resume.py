@@ -157,7 +157,7 @@ def test_a_piece_of_another_configuration_is_refused(tmp_path):
     # that computes the same) leaves earlier pieces readable
     import dataclasses
 
-    from gflow.runs.checkpoint import fingerprint
+    from gflow.runs import fingerprint
     from gflow.runs.text import text_fingerprint
 
     # the hash recomputed by hand: settings off their defaults, with the solver's

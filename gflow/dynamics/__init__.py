@@ -25,10 +25,13 @@ from gflow.dynamics.metrics import evaluate_metrics as evaluate_metrics
 from gflow.dynamics.metrics import gradient_norm as gradient_norm
 
 # The gradient flow
+from gflow.dynamics.flow import FlatGradientField as FlatGradientField
 from gflow.dynamics.flow import GradientField as GradientField
 from gflow.dynamics.flow import grad_evals_per_step as grad_evals_per_step
 from gflow.dynamics.flow import solve_flow as solve_flow
 from gflow.dynamics.interrupt import SignalWatch as SignalWatch
+from gflow.dynamics.interrupt import abandoned as abandoned
+from gflow.dynamics.interrupt import call_interruptibly as call_interruptibly
 
 # Optimizers and their runs
 from gflow.dynamics.optimizers import OPTIMIZERS as OPTIMIZERS
@@ -56,7 +59,10 @@ __all__ = [
     "AbstractOptimizer",
     "Adam",
     "AdamW",
+    "FlatGradientField",
     "GradientField",
+    "abandoned",
+    "call_interruptibly",
     "Momentum",
     "OPTIMIZERS",
     "RMSProp",

@@ -45,6 +45,10 @@ from gflow.dynamics.solvers.stall import suggest as suggest
 from gflow.dynamics.solvers.watch import Watched as Watched
 from gflow.dynamics.solvers.watch import WatchState as WatchState
 from gflow.dynamics.solvers.watch import progress_line as progress_line
+from gflow.dynamics.solvers.watch import unset_tolerances as unset_tolerances
+from gflow.dynamics.solvers.watch import (
+    with_stepsize_tolerances as with_stepsize_tolerances,
+)
 
 __all__ = [
     "AutoState",
@@ -74,4 +78,6 @@ __all__ = [
     "stall_report",
     "suggest",
     "tsit5_step",
+    "unset_tolerances",
+    "with_stepsize_tolerances",
 ]
