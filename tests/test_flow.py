@@ -253,6 +253,7 @@ class _Indexed(eqx.Module):
     idx: jax.Array
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_non_float_leaves_stay_put_and_reach_the_loss():
     """L = Σ_k (W[idx_k] - 1)²: the indexed entries relax as 1 + (W0 - 1) e^{-2t}."""
     model = _Indexed(W=jnp.zeros(4), idx=jnp.asarray([1, 3]))

@@ -239,6 +239,7 @@ def test_gflow_sweep_interrupted_inside_a_chunk_resumes(tmp_path, gflow_process)
     assert (out / "sweep.json").is_file()
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_an_implicit_solve_is_watched_and_ends_where_its_interrupt_turns_true():
     """Implicit solvers are watched like explicit ones (their root finder's
     tolerances filled from the step-size controller, as Diffrax fills them):

@@ -105,6 +105,7 @@ def test_train_records_the_kl_distance_to_each_strategy(tmp_path):
         np.testing.assert_allclose(traj.metrics[f"kl_{g}"][-1], v, rtol=1e-4)
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_the_strategy_distances_read_only_the_contexts():
     """A model with learned positions for exactly the context (max_len = s) is
     observed on s + 1 tokens; the KL uses the predictions at positions 0..s-1,
