@@ -189,3 +189,31 @@ def test_a_piece_of_another_configuration_is_refused(tmp_path):
         pieces.save(
             "x", Trajectory(t=traj.t, metrics=traj.metrics, final=model, params=model)
         )
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_text_flow_shows_its_progress_unless_quiet(tmp_path, monkeypatch, quiet):
+    """gflow text --method flow defaults to the stiffness-aware solver and hands
+    run_text a flow whose progress lines show on a terminal (progress None), or
+    none with --quiet: what the job passes, caught before anything runs."""
+    from gflow.dynamics.solvers import AutoSwitch
+
+    seen = {}
+
+    def stub(cfg, data, *, strategies, **kw):
+        seen["method"] = strategies.method
+        raise _Stop
+
+    monkeypatch.setattr("gflow.runs.text.run.run_text", stub)
+    argv = ["text", "--corpus", str(_story(tmp_path / "s.txt")), "--method", "flow"]
+    argv += ["--vocab-size", "12", "--context", "4", "--windows", "8"]
+    argv += ["--out", str(tmp_path / "run")]
+    with pytest.raises(_Stop):
+        # --debug: the stub's exception propagates
+        main(["--debug", *(["--quiet"] if quiet else []), *argv])
+    assert isinstance(seen["method"].solver, AutoSwitch)
+    assert seen["method"].progress is (False if quiet else None)

@@ -144,8 +144,13 @@ class TextJob(AbstractJob[TextConfig]):
         pieces = RunPieces(directory.path, cfg, data)
         processes = context.processes
         if processes is None:
+            strategies = plan.strategies
+            if context.main and not context.quiet:  # a flow's t, step and solver
+                strategies = dataclasses.replace(
+                    strategies, method=strategies.method.shown()
+                )
             runs = text_run.run_text(
-                cfg, data, pieces=pieces, report=report, strategies=plan.strategies
+                cfg, data, pieces=pieces, report=report, strategies=strategies
             )
         else:
             owner = dict(zip(cfg.seed_list, deal(cfg.seeds, processes.count)))
