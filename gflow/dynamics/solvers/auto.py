@@ -57,7 +57,13 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree, Real
 
 from gflow.dynamics.solvers.exprb import EXPRB32, exprb32_step
-from gflow.dynamics.solvers.rkc import RKC2, RKCState, power_iteration, start_vector
+from gflow.dynamics.solvers.rkc import (
+    RKC2,
+    RKCState,
+    num_stages,
+    power_iteration,
+    start_vector,
+)
 from gflow.dynamics.tree import tree_norm, tree_scale
 
 TSIT5, EXPONENTIAL, CHEBYSHEV = 0, 1, 2
@@ -115,6 +121,9 @@ class AutoSwitch(diffrax.AbstractSolver):
             method; doubled each time the incumbent keeps its place.
         race_every_max: the largest gap between trials.
         race_steps: steps of a trial whose cost is measured (after ``probation``).
+        trial_stages: the most stages of RKC2's first step after a switch; a
+            first step that needs more is refused before its stages are computed
+            (the controller then shrinks h at the cost of the power iteration).
         stiff_error_scale: factor on EXPRB32's error estimate before the controller
             sees it.
         chebyshev_error_scale: factor on RKC2's error estimate (RKC2 is second
@@ -130,6 +139,7 @@ class AutoSwitch(diffrax.AbstractSolver):
     race_every: int = 32
     race_every_max: int = 1024
     race_steps: int = 8
+    trial_stages: int = 32
     stiff_error_scale: float = 1.0
     chebyshev_error_scale: float = 10.0
 
@@ -152,6 +162,8 @@ class AutoSwitch(diffrax.AbstractSolver):
                 "cooldown and probation must be >= 0, got "
                 f"{self.cooldown}, {self.probation}"
             )
+        if self.trial_stages < 2:
+            raise ValueError(f"trial_stages must be >= 2, got {self.trial_stages}")
         if not 1 <= self.race_every <= self.race_every_max or self.race_steps < 1:
             raise ValueError(
                 "need 1 <= race_every <= race_every_max and race_steps >= 1, got "
@@ -234,11 +246,13 @@ class AutoSwitch(diffrax.AbstractSolver):
 
         def chebyshev():
             # power iteration warm-started from the last vector; on entering RKC2
-            # the vector is stale, so it takes more products (and ρ is sticky)
+            # (no accepted step since the switch) the vector is stale, so it takes
+            # more products (and ρ is sticky)
+            entering = st.steps_in_mode == 0
             iters = jnp.where(
-                st.method == CHEBYSHEV,
-                self.chebyshev.power_iters,
+                entering,
                 self.chebyshev.init_power_iters // 3,
+                self.chebyshev.power_iters,
             )
             v, rho = power_iteration(terms, t0, y0, args, st.v, iters)
             rho = jnp.maximum(rho, 0.95 * st.rho)
@@ -249,13 +263,33 @@ class AutoSwitch(diffrax.AbstractSolver):
                 num_evals=jnp.zeros((), evals_int),
                 max_stages=jnp.zeros((), evals_int),
             )
-            y1, y_error, _, new, _ = self.chebyshev.advance(
-                terms, t0, t1, y0, args, tracked
+            # entering at the exponential steps' size can need hundreds of stages,
+            # and such a step is mostly rejected: refuse it before its stages are
+            # computed (infinite error), so the controller shrinks h for the cost
+            # of the power iteration alone
+            s = num_stages(h * self.chebyshev.safety * rho)
+
+            def stages():
+                y1, y_error, _, new, _ = self.chebyshev.advance(
+                    terms, t0, t1, y0, args, tracked
+                )
+                return (
+                    y1,
+                    new.f0,
+                    tree_scale(self.chebyshev_error_scale, y_error),
+                    new.num_evals,
+                )
+
+            def refused():
+                inf = jax.tree.map(lambda x: jnp.full_like(x, jnp.inf), y0)
+                return y0, f0, inf, jnp.zeros((), evals_int)
+
+            y1, f1, y_error, stage_evals = jax.lax.cond(
+                entering & (s > self.trial_stages), refused, stages
             )
-            y_error = tree_scale(self.chebyshev_error_scale, y_error)
-            ks = hermite_stages(h, y0, y1, f0, new.f0)
-            evals = new.num_evals + 2 * iters
-            return y1, new.f0, y_error, h * rho, evals, ks, v
+            ks = hermite_stages(h, y0, y1, f0, f1)
+            evals = stage_evals + 2 * iters
+            return y1, f1, y_error, h * rho, evals, ks, v
 
         y1, f1, y_error, h_rho, evals, ks, v = jax.lax.switch(
             st.method, (explicit, exponential, chebyshev)
