@@ -217,3 +217,27 @@ def test_a_text_flow_shows_its_progress_unless_quiet(tmp_path, monkeypatch, quie
         main(["--debug", *(["--quiet"] if quiet else []), *argv])
     assert isinstance(seen["method"].solver, AutoSwitch)
     assert seen["method"].progress is (False if quiet else None)
+    assert callable(seen["method"].interrupt)  # the command's signal watch
+
+
+@pytest.mark.slow  # compiles a flow: CI's slow steps (the wiring is checked above)
+def test_a_watched_text_flow_ends_at_its_interrupt():
+    """gflow text's and train's flow method asks the job's signal watch from inside
+    its solve: an interrupt that is already true ends the solve in
+    KeyboardInterrupt (a finished run's pieces stay, the run resumes); GD has no
+    such place and is the same method watched or not."""
+    import jax
+
+    from gflow import AttentionModel
+    from gflow.text import TextLoss
+    from gflow.text.strategies import FullBatchGD, IntegratedFlow
+
+    windows = np.random.default_rng(1).integers(0, 4, size=(5, 4)).astype(np.int32)
+    model = AttentionModel.init(
+        d_vocab=4, d_model=3, key=jax.random.key(1), dtype=np.float64
+    )
+    flow = IntegratedFlow(lr=0.01, steps=20, num_saves=2, solver=None)
+    with pytest.raises(KeyboardInterrupt):
+        flow.watched(lambda: True).run(TextLoss(windows, d_vocab=4), model)
+    gd = FullBatchGD(lr=0.01, steps=20, num_saves=2)
+    assert gd.watched(lambda: True) is gd

@@ -199,6 +199,12 @@ class AbstractFlowMethod(Settings):
         step size and solver on a terminal); the same method by default."""
         return self
 
+    def watched(self, interrupt) -> AbstractFlowMethod:
+        """The method asking ``interrupt`` (``gflow.dynamics.interrupt.
+        SignalWatch``) from inside its compiled work where it can (a flow's solve
+        then ends in KeyboardInterrupt at a signal); the same method by default."""
+        return self
+
 
 @dataclasses.dataclass(frozen=True)
 class FullBatchGD(AbstractFlowMethod):
@@ -271,11 +277,16 @@ class IntegratedFlow(AbstractFlowMethod):
     atol: float = 1e-7
     max_steps: int = 1_000_000
     progress: bool | None = False
+    interrupt: Any = None
     float64: ClassVar[bool] = True
 
     def shown(self) -> IntegratedFlow:
         """The flow with ``solve_flow``'s progress lines on a terminal."""
         return dataclasses.replace(self, progress=None)
+
+    def watched(self, interrupt) -> IntegratedFlow:
+        """The flow whose solve asks ``interrupt`` every 32 steps."""
+        return dataclasses.replace(self, interrupt=interrupt)
 
     def run(self, loss: LossFn, model: Model) -> Trajectory:
         t1 = self.steps * self.lr
@@ -290,6 +301,7 @@ class IntegratedFlow(AbstractFlowMethod):
             max_steps=self.max_steps,
             save_params=True,
             progress=self.progress,
+            interrupt=self.interrupt,
         )
 
 

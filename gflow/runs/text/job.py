@@ -144,11 +144,10 @@ class TextJob(AbstractJob[TextConfig]):
         pieces = RunPieces(directory.path, cfg, data)
         processes = context.processes
         if processes is None:
-            strategies = plan.strategies
+            method = plan.strategies.method.watched(context.interrupt)
             if context.main and not context.quiet:  # a flow's t, step and solver
-                strategies = dataclasses.replace(
-                    strategies, method=strategies.method.shown()
-                )
+                method = method.shown()
+            strategies = dataclasses.replace(plan.strategies, method=method)
             runs = text_run.run_text(
                 cfg, data, pieces=pieces, report=report, strategies=strategies
             )

@@ -154,10 +154,10 @@ class TrainJob(AbstractJob[TrainRun]):
                 bar.update(1)
 
         strategies = train_strategies(cfg)
+        method = strategies.method.watched(context.interrupt)
         if not context.quiet:  # a flow shows its t, step size and solver
-            strategies = dataclasses.replace(
-                strategies, method=strategies.method.shown()
-            )
+            method = method.shown()
+        strategies = dataclasses.replace(strategies, method=method)
         try:
             traj = train_run.run_train(
                 cfg,
