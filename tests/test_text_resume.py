@@ -229,8 +229,7 @@ def test_a_watched_text_flow_ends_at_its_interrupt():
     import jax
 
     from gflow import AttentionModel
-    from gflow.text import TextLoss
-    from gflow.text.strategies import FullBatchGD, IntegratedFlow
+    from gflow.text import FullBatchGD, IntegratedFlow, TextLoss
 
     windows = np.random.default_rng(1).integers(0, 4, size=(5, 4)).astype(np.int32)
     model = AttentionModel.init(
