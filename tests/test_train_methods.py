@@ -111,6 +111,7 @@ def test_a_full_batch_run_is_the_hand_loop_on_its_fixed_sample(settings, tx, tmp
     np.testing.assert_array_equal(again.metrics["loss"], traj.metrics["loss"])
 
 
+@pytest.mark.slow  # CI's slow steps: keeps the default run within 3 minutes
 def test_the_population_flow_is_the_flow_of_the_population_loss(tmp_path):
     cfg = TrainConfig(
         **{**SMALL, "layers": 1, "heads": 1},
