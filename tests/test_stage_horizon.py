@@ -231,8 +231,11 @@ def test_the_table_over_seeds_counts_the_check_and_spreads_the_starts():
         "summary": summ,
     }
     text = sh.render(res)
-    assert "init seeds 0, 1, 2," in text and "wall time 12 s" in text
+    assert "init seeds 0, 1, 2," in text and "wall time" not in text
+    assert "not timed: a load average above 1.5" in text  # seed 2 at 2.50
     assert "at each seed's start: 0.50, 1.50, 2.50" in text
+    quiet = {k: v | {"load": 1.0} for k, v in res["seeds"].items()}
+    assert "wall time 12 s" in sh.render(res | {"seeds": quiet})
     assert sh.gone(one["runs"]) == ["dilution 3 (t1 = 3000)"]
     assert "| 1 | False | 4 | 75 (closed) |" in text
     assert (
