@@ -227,13 +227,18 @@ def table(results: list[dict], s: Settings) -> str:
     """The markdown table: one row per optimizer and η, over the seeds."""
     n = len(results)
     flows = [_stage_string(r["flow"]["stages"]) for r in results]
+    seeds = [r.get("seed", k) for k, r in enumerate(results)]
     lines = [
+        f"Seeds {', '.join(map(str, seeds))} of the initial weights (± is the sample "
+        f'sd over them; "stages" is seed {seeds[0]}\'s list, "same in" counts the '
+        "seeds with the same list).",
+        "",
         f"Gradient flow: stages {flows[0]}"
         + ("" if len(set(flows)) == 1 else f" (seeds differ: {'; '.join(flows)})")
         + f"; λ_max from {results[0]['flow']['lambda_max'][0]:.3g} to "
         f"{_pm([r['flow']['lambda_max'][-1] for r in results])} at t = {s.t1:g}.",
         "",
-        "| optimizer | η | c/η | λ_max > c/η at | stages (seed 0) | same in | "
+        "| optimizer | η | c/η | λ_max > c/η at | stages (first seed) | same in | "
         "departs flow at | final distance to flow | to central flow |",
         "|---|---|---|---|---|---|---|---|---|",
     ]

@@ -67,8 +67,16 @@ def test_experiment_table_gives_mean_and_sd_over_seeds_and_stage_agreement():
     flow = {"stages": [{"stage": "condensation", "cycle": 1}], "lambda_max": [0.5, 9]}
     one = [("condensation", 1), ("focus", 1)]
     seeds = [
-        {"flow": flow, "members": [_record("sgd", 1.0, one, 300.0, 0.5, 0.1)]},
-        {"flow": flow, "members": [_record("sgd", 1.0, one[:1], 320.0, 0.7, 0.3)]},
+        {
+            "seed": 3,
+            "flow": flow,
+            "members": [_record("sgd", 1.0, one, 300.0, 0.5, 0.1)],
+        },
+        {
+            "seed": 7,
+            "flow": flow,
+            "members": [_record("sgd", 1.0, one[:1], 320.0, 0.7, 0.3)],
+        },
     ]
     text = exp.table(seeds, exp.Settings(t1=100.0))
     row = [line for line in text.splitlines() if line.startswith("| sgd")][0]
@@ -78,4 +86,6 @@ def test_experiment_table_gives_mean_and_sd_over_seeds_and_stage_agreement():
     assert cells[5] == "1/2"  # seed 1 lost the focus
     assert cells[7] == "0.6 ± 0.141"
     assert cells[8] == "0.2 ± 0.141"
-    assert text.startswith("Gradient flow: stages C1;")
+    assert text.startswith("Seeds 3, 7 of the initial weights")
+    assert '"stages" is seed 3\'s list' in text
+    assert "\nGradient flow: stages C1;" in text
