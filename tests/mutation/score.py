@@ -13,6 +13,9 @@ boundary-only, timed out, not checked, and
     score  = killed / (killed + survived + not covered)   (triaged ones left out)
     strict = the same with the boundary-only mutants counted as survivors
 
+and, for a file of which only a sample was checked (``sample.py``), the 95% Wilson
+interval of its score.
+
 Equivalent mutants compute the same results (a float cast of float arrays, a sign
 variable's magnitude). Boundary-only mutants differ only when a float lands exactly
 on a threshold (``<`` for ``<=``) of a continuous signal. Timeouts are left out of
@@ -82,6 +85,25 @@ def score(c: Counter, strict: bool = False) -> float:
     return 100.0 * c["killed"] / live if live else float("nan")
 
 
+def wilson(killed: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson interval of a killed fraction, in percent, from ``n`` checked
+    live mutants (a sampled score's uncertainty)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = killed / n
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / (1 + z * z / n)
+    return 100.0 * (mid - half), 100.0 * (mid + half)
+
+
+def interval(c: Counter) -> str:
+    """'lo-hi%' where only a sample of the file's mutants was checked, else ''."""
+    if not c["unchecked"]:
+        return ""
+    lo, hi = wilson(c["killed"], c["killed"] + c["survived"] + c["no_tests"])
+    return f"  [{lo:.0f}-{hi:.0f}%]"
+
+
 def main(argv: list[str]) -> int:
     equivalent = equivalents()
     by_file = results()
@@ -104,9 +126,12 @@ def main(argv: list[str]) -> int:
         c = tally(codes, equivalent)
         total += c
         row = "".join(f"{c[k]:11d}" for k in cols)
-        print(f"{path:24s}{row}{score(c):7.1f}%{score(c, True):7.1f}%")
+        print(f"{path:24s}{row}{score(c):7.1f}%{score(c, True):7.1f}%{interval(c)}")
     row = "".join(f"{total[k]:11d}" for k in cols)
-    print(f"{'total':24s}{row}{score(total):7.1f}%{score(total, True):7.1f}%")
+    print(
+        f"{'total':24s}{row}{score(total):7.1f}%{score(total, True):7.1f}%"
+        f"{interval(total)}"
+    )
     if "--survivors" in argv:
         for codes in by_file.values():
             for name, code in codes.items():
