@@ -191,3 +191,65 @@ def test_a_cache_with_an_interrupt_runs_the_same_program(
     second = _solve(problem, gflow.ProgramCache(tmp_path))  # the program it wrote
     _same(first, second)
     assert first.status == "success"
+
+
+def _affine(a, b, n, scale):
+    """A small program for the cache's own oracle: its result is known by hand."""
+    return (a * n + b * scale, {"sum": jnp.sum(a)})
+
+
+def _mapped(f, a):
+    return (f(a),)
+
+
+def test_the_cache_writes_reads_and_keys_a_small_program(tmp_path):
+    """The default suite's oracle of ``ProgramCache`` (the solve tests above are
+    slow): a miss writes one artifact and returns the function's values, a new
+    cache on the folder reads it, a changed static value or shape is another key,
+    an unkeyable argument (a lambda) runs through jit and writes nothing, and a
+    damaged artifact is traced again."""
+    a, b = jnp.arange(3.0), jnp.ones(3)
+    want = (a * 2 + b * 0.5, jnp.sum(a))
+    first = gflow.ProgramCache(tmp_path)
+    out, extra = first(_affine, a, b, 2, 0.5)
+    np.testing.assert_array_equal(out, want[0])
+    np.testing.assert_array_equal(extra["sum"], want[1])
+    assert (first.hits, first.writes, first.fallbacks) == (0, 1, 0)
+    (artifact,) = tmp_path.iterdir()
+    assert artifact.name.startswith("_affine-") and artifact.suffix == ".jaxexport"
+
+    again = gflow.ProgramCache(tmp_path)
+    out, _ = again(_affine, a, b, 2, 0.5)
+    np.testing.assert_array_equal(out, want[0])
+    assert (again.hits, again.writes) == (1, 0)
+    again(_affine, a, b, 2, 0.5)  # the loaded program is kept by the instance
+    assert again.hits == 1
+
+    # another static value, another shape: other keys, other artifacts
+    out, _ = again(_affine, a, b, 3, 0.5)
+    np.testing.assert_array_equal(out, a * 3 + b * 0.5)
+    out, _ = again(_affine, jnp.arange(4.0), jnp.ones(4), 2, 0.5)
+    np.testing.assert_array_equal(out, jnp.arange(4.0) * 2 + 0.5)
+    assert again.writes == 2 and len(list(tmp_path.iterdir())) == 3
+    dyn, static = eqx.partition((a, b, 2, 0.5), eqx.is_array)
+    leaves, treedef = jax.tree.flatten(dyn)
+    k = again.key(_affine, static, treedef, leaves)
+    assert len(k) == 32 and k != again.key(
+        _affine, eqx.partition((a, b, 3, 0.5), eqx.is_array)[1], treedef, leaves
+    )
+    assert again.path("_affine", k) == artifact
+
+    # a lambda among the static leaves cannot be keyed: jit, nothing written
+    (out,) = again(_mapped, lambda x: 2 * x, a)
+    np.testing.assert_array_equal(out, 2 * a)
+    assert again.fallbacks == 1 and len(list(tmp_path.iterdir())) == 3
+    (out,) = again(_mapped, jnp.tanh, a)  # a JAX function is known by its name
+    np.testing.assert_allclose(out, jnp.tanh(a))
+    assert again.fallbacks == 1 and len(list(tmp_path.iterdir())) == 4
+
+    artifact.write_bytes(b"not a program")
+    damaged = gflow.ProgramCache(tmp_path)
+    out, _ = damaged(_affine, a, b, 2, 0.5)
+    np.testing.assert_array_equal(out, want[0])
+    assert (damaged.hits, damaged.writes) == (0, 1)
+    assert artifact.read_bytes() != b"not a program"  # written again
