@@ -11,6 +11,7 @@ import pytest
 from gflow.dynamics import solve_flow
 from gflow.dynamics.references import (
     CentralFlowReference,
+    central_velocity,
     solve_complementarity,
     third_derivatives,
     top_eigenpairs,
@@ -100,6 +101,36 @@ def test_complementarity_conditions_hold_for_two_eigenvalues():
     assert np.linalg.eigvalsh(np.asarray(S)).min() > -1e-8
     assert abs(float(jnp.sum(X * S))) < 1e-8
     assert float(jnp.trace(X)) > 0.1  # the constraint is active
+
+
+def test_the_central_velocity_of_a_cubic_is_its_closed_form():
+    """One dimension, f(w) = a w²/2 + c w³/6: f' = a w + c w²/2, λ = a + c w,
+    T = c, so below the edge (λ < active · 2/η) the velocity is −f' and X = 0, and
+    at it X = max(0, b / (c²/2)) with b = −c f' + (restore/η)(λ − 2/η), and the
+    velocity is −f' − X c/2 (the default suite's oracle of ``central_velocity``;
+    the slow tests run it inside whole central flows)."""
+    a, c = 1.0, 0.5
+    w = jnp.asarray([-0.3])
+
+    def f(x):
+        return a * x[0] ** 2 / 2 + c * x[0] ** 3 / 6
+
+    grad, lam = a * -0.3 + c * 0.09 / 2, a + c * -0.3
+    cfg = CentralFlowReference(qp_iters=400)
+    U, X = jnp.ones((1, 1)), jnp.zeros((1, 1))
+    v, _, lam_got, X_got, extra = central_velocity(cfg, f, w, U, X, 1.0)  # edge 2
+    np.testing.assert_allclose(lam_got, [lam], rtol=1e-12)
+    np.testing.assert_allclose(v, [-grad], rtol=1e-12)
+    assert float(X_got[0, 0]) == 0.0 and float(extra) == 0.0
+    lr = 2.0 / (0.98 * lam) / 1.02  # λ ≥ 0.975 · 2/η and above the edge: 2/η < λ
+    edge = 2.0 / lr
+    b = -c * grad + (cfg.restore / lr) * (lam - edge)
+    x = max(0.0, b / (c * c / 2))
+    assert x > 0.1  # the constraint is active
+    v, _, _, X_got, extra = central_velocity(cfg, f, w, U, X, lr)
+    np.testing.assert_allclose(X_got, [[x]], rtol=1e-9)
+    np.testing.assert_allclose(v, [-grad - x * c / 2], rtol=1e-9)
+    np.testing.assert_allclose(extra, x * lam / 2, rtol=1e-9)
 
 
 def test_an_inactive_eigenvalue_gets_no_covariance():

@@ -25,6 +25,7 @@ from gflow.dynamics.references.central import (
 from gflow.dynamics.references.central import (
     solve_complementarity as solve_complementarity,
 )
+from gflow.dynamics.references.central import central_velocity as central_velocity
 from gflow.dynamics.references.central import third_derivatives as third_derivatives
 from gflow.dynamics.references.central import top_eigenpairs as top_eigenpairs
 from gflow.dynamics.references.central_adaptive import (
@@ -63,6 +64,7 @@ __all__ = [
     "central_flow_of",
     "evaluate_along",
     "solve_complementarity",
+    "central_velocity",
     "third_derivatives",
     "top_eigenpairs",
     "union_times",
