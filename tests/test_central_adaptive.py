@@ -223,11 +223,17 @@ def test_each_optimizer_has_its_own_central_flow():
     assert adam == AdamCentralFlowReference(beta1=0.9)
     assert adam.edge_constant == pytest.approx(38.0)
     assert adam.hyperparams(0.1) == {"learning_rate": 0.1, "b1": 0.9, "b2": 0.999}
-    assert gflow.RMSPropCentralFlowReference().hyperparams(0.2)["decay"] == 0.9
+    rms = gflow.RMSPropCentralFlowReference()
+    assert rms.hyperparams(0.2) == {"learning_rate": 0.2, "decay": 0.9, "eps": rms.eps}
+    # the names are optax's: each reference's hyperparameters build its optimizer
+    optax.rmsprop(**rms.hyperparams(0.2))
+    optax.adam(**adam.hyperparams(0.1))
     with pytest.raises(ValueError, match="no central flow for 'adamw'"):
         central_flow_of(gflow.AdamW())
     with pytest.raises(ValueError, match="beta"):
         RMSPropCentralFlowReference(beta=0.0)
+    with pytest.raises(ValueError, match="beta"):
+        RMSPropCentralFlowReference(beta=1.0)  # no forgetting: not RMSProp
     with pytest.raises(ValueError, match="active"):
         AdamCentralFlowReference(active=1.5)
 

@@ -93,6 +93,8 @@ def test_a_piece_records_its_index_time_range_and_checksum(tmp_path):
     assert int(arrays["piece:index"]) == 1 and str(arrays["piece:name"]) == "seg-001"
     np.testing.assert_array_equal(arrays["piece:t"], [1.5, 2.0])
     assert len(str(arrays["piece:checksum"])) == 64
+    # the range is first and last time, not the first two (piece 0 has three)
+    np.testing.assert_array_equal(_raw(store.path(0))["piece:t"], [0.0, 1.0])
     # read back: the columns as saved, the recorded fields left out
     back = store.load(1)
     assert back.keys() == {"t", "x"} and back["x"].dtype == np.float32

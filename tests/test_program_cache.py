@@ -174,6 +174,8 @@ def test_describe_names_only_what_pins_a_program_down():
         return x
 
     assert describe(local) is None
+    local.__module__ = "gflow.dynamics.flow"  # a closure inside gflow: no name
+    assert describe(local) is None
     assert describe(object()) is None  # known only by its address
 
 

@@ -32,6 +32,9 @@ def test_round_trip_and_whitespace_piece(kind):
     assert counts.most_common(1)[0][0] == WHITESPACE
     assert all(p == WHITESPACE or WHITESPACE not in p for p in counts)
     assert 32 <= tok.vocab_size <= 120
+    # the size asked for bounds the size trained (BPE reaches it exactly here)
+    size = SubwordTokenizer.train(TEXT, kind=kind, vocab_size=40).vocab_size
+    assert size <= 40 and (kind != "bpe" or size == 40)
 
 
 def test_prefix_mode_glues_the_whitespace_to_the_next_word(kind):
@@ -63,6 +66,8 @@ def test_chunked_encoding_equals_one_piece_encoding(kind):
     whole = tok._tok.encode(TEXT).tokens
     chunks = list(_chunks(TEXT, size=97))
     assert len(chunks) > 10 and "".join(chunks) == TEXT
+    # a stretch without a space is cut at the size, not before a space
+    assert list(_chunks("abcdefgh ij", size=4)) == ["abcd", "efgh", " ij"]
     assert [p for c in chunks for p in tok._tok.encode(c).tokens] == whole
 
 
