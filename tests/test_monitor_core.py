@@ -3,6 +3,7 @@ attention probabilities [layers, heads, batch, query, key] against the JAX
 observables of the same model, and Monitor.record against Monitor.observe."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -61,6 +62,15 @@ def test_record_writes_what_observe_writes(tmp_path):
     with Monitor(tmp_path / "jax", every=1, n_sv=2, verbose=False) as mon:
         mon.observe(0, model, probe)
     traj, _, _ = gflow.load_monitor(tmp_path / "jax")
+    # the probe loss against numpy: each sequence's last token under the model's
+    # logits at the position before it, row by row
+    logits = np.stack(
+        [np.asarray(model(jnp.asarray(row[:-1])), float) for row in probe]
+    )
+    top = logits.max(axis=1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+    want = -np.mean(logp[np.arange(len(probe)), probe[:, -1]])
+    np.testing.assert_allclose(traj.metrics["loss"][0], want, rtol=1e-5)
     sig = gflow.attention_signals(
         _attention(model, probe), probe, top=int(obs.top), tracked=obs.tracked
     )

@@ -120,16 +120,19 @@ def main(argv: list[str]) -> int:
         "unchecked",
     )
     head = "".join(f"{c:>11s}" for c in cols)
-    print(f"{'file':24s}{head}{'score':>8s}{'strict':>8s}")
+    w = max([24] + [len(p) + 2 for p in by_file])
+    print(f"{'file':{w}s}{head}{'score':>8s}{'strict':>8s}")
     total = Counter()
     for path, codes in by_file.items():
         c = tally(codes, equivalent)
+        if c["unchecked"] == sum(c.values()):
+            continue  # nothing of this file checked (a run of other files' mutants)
         total += c
         row = "".join(f"{c[k]:11d}" for k in cols)
-        print(f"{path:24s}{row}{score(c):7.1f}%{score(c, True):7.1f}%{interval(c)}")
+        print(f"{path:{w}s}{row}{score(c):7.1f}%{score(c, True):7.1f}%{interval(c)}")
     row = "".join(f"{total[k]:11d}" for k in cols)
     print(
-        f"{'total':24s}{row}{score(total):7.1f}%{score(total, True):7.1f}%"
+        f"{'total':{w}s}{row}{score(total):7.1f}%{score(total, True):7.1f}%"
         f"{interval(total)}"
     )
     if "--survivors" in argv:
