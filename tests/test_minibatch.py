@@ -155,17 +155,21 @@ def test_a_fresh_stream_run_is_the_hand_loop_on_its_keys(model):
         steps=4,
         learning_rate=lr,
         key=key,
-        save_every=2,
+        save_every=1,  # a save at every step is allowed
+        save_params=True,
     )
     params, static = eqx.partition(model, eqx.is_inexact_array)
     grad = jax.jit(jax.grad(lambda p, b: sequence_loss(eqx.combine(p, static), b)))
     held = jax.jit(lambda p: SequenceLoss(FIXED)(eqx.combine(p, static)))
-    losses = [float(held(params))]
-    for k, step_key in enumerate(step_keys(key, 0, 4)):
+    losses, w_e = [float(held(params))], [params.W_E]
+    for step_key in step_keys(key, 0, 4):
         g = grad(params, fresh_stream(step_key))
         params = jax.tree.map(lambda x, d: x - lr * d, params, g)
-        if k % 2 == 1:
-            losses.append(float(held(params)))
-    np.testing.assert_allclose(run.t, [0.0, 2 * lr, 4 * lr], rtol=1e-12)
+        losses.append(float(held(params)))
+        w_e.append(params.W_E)
+    np.testing.assert_allclose(run.t, lr * np.arange(5.0), rtol=1e-12)
     np.testing.assert_allclose(run.metrics["loss"], losses, rtol=1e-10)
     np.testing.assert_allclose(run.final.W_E, params.W_E, rtol=1e-10, atol=1e-14)
+    # the kept snapshots are the hand loop's parameters at every save
+    np.testing.assert_allclose(run.params.W_E, np.stack(w_e), rtol=1e-10, atol=1e-14)
+    assert run.info["kind"] == "minibatch"
