@@ -84,14 +84,21 @@ def test_attention_is_causal_and_rows_sum_to_one():
     np.testing.assert_allclose(model(context), model.causal_logits(context)[-1])
 
 
-@pytest.mark.slow
 def test_every_option_is_present_and_moves_the_output():
+    """In the default suite (1 s): the Transformer's oracle of its parts; each
+    attention row is a distribution over the keys up to its query."""
     base = _deep()
     block = base.blocks[0]
     assert block.W_V.shape == (2, 4, 2) and block.W_O.shape == (2, 2, 4)
-    assert block.mlp.W_in.shape == (4, 8) and base.W_pos.shape == (16, 4)
+    assert block.mlp.W_in.shape == (4, 8) and block.mlp.W_out.shape == (8, 4)
+    assert base.W_pos.shape == (16, 4) and base.residual
     assert base.ln_final is not None and block.ln_attn is not None
+    np.testing.assert_array_equal(block.ln_attn.gain, 1.0)  # LayerNorm starts at 1
     context = _tokens(batch=1)[0, :-1]
+    attn = np.asarray(base.attention(context))
+    s = context.shape[0]
+    np.testing.assert_allclose(attn.sum(-1), 1.0, rtol=1e-12)
+    assert np.all(attn[..., np.triu_indices(s, 1)[0], np.triu_indices(s, 1)[1]] == 0)
     out = base(context)
     for opts in (
         {"d_ff": None},
