@@ -531,6 +531,9 @@ def test_bad_settings_name_the_field():
         AutoSwitch(cooldown=-1)
     with pytest.raises(ValueError, match="stiff_error_scale"):
         AutoSwitch(stiff_error_scale=0.0)
+    for race in ({"race_steps": 0}, {"race_every": 0}, {"race_every": 2048}):
+        with pytest.raises(ValueError, match="race_steps >= 1"):
+            AutoSwitch(**race)  # each bound alone is refused
     with pytest.raises(ValueError, match="krylov_dim"):
         EXPRB32(krylov_dim=1)
     with pytest.raises(ValueError, match="correction_dim"):
