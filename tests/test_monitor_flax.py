@@ -52,6 +52,8 @@ def _tokens(seed, b):
     return np.asarray(chain.sample(key=jax.random.key(seed), batch=b, length=S + 1))
 
 
+@pytest.mark.slow  # CI's slow steps (7.6 s): the reductions it feeds are tested
+# framework-free in the default suite (tests/test_monitor_core.py)
 def test_sown_attention_is_the_kernels_softmax():
     model = TinyGPT(h=4, rngs=nnx.Rngs(0))
     probe = _tokens(1, 8)
