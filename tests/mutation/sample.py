@@ -2,13 +2,16 @@
 
 A full ``mutmut run`` over every file of ``[tool.mutmut]`` takes hours on two cores
 (a surviving mutant recompiles the programs its tests use). The score of a file can
-instead be estimated from a uniform random sample of its mutants: after
-``mutmut run`` has generated them (any run does; ``mutmut run "nothing*"`` stops
-there), ::
+instead be estimated from a uniform random sample of its mutants. Generate them
+first with a run that selects none (``mutmut run "nothing*"`` writes the mutants and
+their .meta files, then ends in mutmut's "nothing matches" assertion), then::
 
-    mutmut run $(python tests/mutation/sample.py --per-file 25 --seed 0 \\
+    mutmut run $(python tests/mutation/sample.py --per-file 20 --seed 0 \\
         gflow/dynamics/solvers/auto.py gflow/problems/transformer.py ...)
     python tests/mutation/score.py
+
+Keep ``[tool.mutmut]`` unchanged between passes: mutmut resets every recorded
+result when its configuration changes.
 
 ``score.py`` then gives each file's score over the mutants checked, with a 95%
 Wilson interval where only a sample was checked.
