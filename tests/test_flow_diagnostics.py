@@ -89,6 +89,32 @@ def test_watched_changes_nothing_and_records_the_step():
     assert float(st.smallest_step) == pytest.approx(0.01, rel=1e-6)
 
 
+def _watched_lines(capsys, **options) -> list[int]:
+    """The step counts of the progress lines of 100 fixed steps of h = 0.01."""
+    diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, a: -jnp.asarray(LAMBDAS[2:]) * y),
+        Watched(diffrax.Tsit5(), 0.0, 1.0, show=True, **options),
+        t0=0.0,
+        t1=1.0,
+        dt0=0.01,
+        y0=jnp.ones(4),
+    )
+    jax.effects_barrier()
+    err = capsys.readouterr().err
+    return [int(s) for s in re.findall(r"step (\d+)\n", err)]
+
+
+def test_progress_lines_come_by_step_count_and_by_wall_clock(capsys):
+    """The step-count lines double (refresh 8: steps 8, 16, 32, 64); with
+    every_s = 0 a line also comes at every check_every-th step (a slow solve is
+    never silent for long); every_s < 0 is refused."""
+    assert _watched_lines(capsys, refresh=8, every_s=1e9) == [8, 16, 32, 64]
+    got = _watched_lines(capsys, refresh=8, every_s=0.0, check_every=30)
+    assert got == [0, 8, 16, 30, 32, 60, 64, 90]
+    with pytest.raises(ValueError, match="every_s"):
+        Watched(diffrax.Tsit5(), 0.0, 1.0, every_s=-1.0)
+
+
 @pytest.mark.slow
 def test_progress_lines_show_t_step_and_method(capsys):
     """The progress lines name the method in use (AutoSwitch: Tsit5, then EXPRB32 on

@@ -7,7 +7,9 @@ wraps, and carries beside the solver's state the last attempted step, the smalle
 attempted step (the last step, clipped to end at t1, left out) and a step count.
 With ``show`` set, a host callback writes one line above the progress bar at the
 ``refresh``-th attempted step, then at twice as many steps each time (at most about
-20 lines to a million steps, however long the solve), and whenever the method changes:
+20 lines to a million steps, however long the solve), whenever the method changes,
+and, for a solve whose steps are slow, once ``every_s`` seconds of wall time have
+passed since the last line (asked every ``check_every`` attempted steps):
 
     t = 4.0312 / 20 (20.2%)  h = 3.1e-04  Tsit5  ρ ≈ 7.7e+03  step 1600
 
@@ -19,6 +21,7 @@ name; ρ is the solver's own spectral-radius estimate where its state has one.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 
 import diffrax
@@ -71,8 +74,14 @@ def progress_line(
     return line + f"  step {count}"
 
 
-def _show(t, t0, t1, h, index, rho, count, *, names):
-    """Host side of the progress line, written above tqdm's bar where there is one."""
+def _show(due, t, t0, t1, h, index, rho, count, *, names, clock, every_s):
+    """Host side of the progress line, written above tqdm's bar where there is one:
+    always when ``due`` (a step-count line or a change of method), else only once
+    ``every_s`` seconds have passed since ``clock``'s last line."""
+    now = time.monotonic()
+    if not (bool(due) or now - clock["last"] >= every_s):
+        return
+    clock["last"] = now
     text = progress_line(
         float(t),
         float(t0),
@@ -136,8 +145,12 @@ class Watched(diffrax.AbstractSolver):
         t_start, t_end: the solve's interval (Diffrax's ``init`` sees only the
             first step's), for the progress fraction and to tell the last step.
         show: write progress lines (at ``refresh``, 2 ``refresh``, 4 ``refresh``, ...
-            attempted steps, and where the method changes).
+            attempted steps, where the method changes, and ``every_s`` seconds of
+            wall time after the last line).
         refresh: the attempted step of the first progress line.
+        every_s: the most seconds between two progress lines of a solve whose
+            steps are slow (checked every ``check_every`` attempted steps, so a
+            line may come later where ``check_every`` steps take longer).
         interrupt: a host function asked every ``check_every`` attempted steps (a
             host callback); once it returns true the step ends the solve (Diffrax
             stops at a result that is not successful: ``internal_error`` here, so
@@ -151,6 +164,7 @@ class Watched(diffrax.AbstractSolver):
     t_end: Real[ArrayLike, ""]
     show: bool = eqx.field(static=True, default=False)
     refresh: int = eqx.field(static=True, default=100)
+    every_s: float = eqx.field(static=True, default=60.0)
     interrupt: Callable[[], bool] | None = eqx.field(static=True, default=None)
     check_every: int = eqx.field(static=True, default=32)
 
@@ -165,6 +179,8 @@ class Watched(diffrax.AbstractSolver):
             raise ValueError(f"refresh must be >= 1, got {self.refresh}")
         if self.check_every < 1:
             raise ValueError(f"check_every must be >= 1, got {self.check_every}")
+        if not self.every_s >= 0:
+            raise ValueError(f"every_s must be >= 0, got {self.every_s}")
 
     @property
     def term_structure(self):
@@ -217,10 +233,15 @@ class Watched(diffrax.AbstractSolver):
             rho = solver_rho(st.inner)
             rho = jnp.asarray(jnp.nan if rho is None else rho, h.dtype)
             names = method_names(self.solver)
+            # the host's time of the last line of this compiled solve (made once,
+            # when the step is traced)
+            clock = {"last": time.monotonic()}
+            every_s = self.every_s
 
             def show():
                 jax.debug.callback(
-                    lambda *a: _show(*a, names=names),
+                    lambda *a: _show(*a, names=names, clock=clock, every_s=every_s),
+                    due,
                     t0,
                     self.t_start,
                     self.t_end,
@@ -230,7 +251,8 @@ class Watched(diffrax.AbstractSolver):
                     st.count,
                 )
 
-            jax.lax.cond(due, show, lambda: None)
+            tick = st.count % self.check_every == 0
+            jax.lax.cond(due | tick, show, lambda: None)
         y1, y_error, dense_info, inner, result = self.solver.step(
             terms, t0, t1, y0, args, st.inner, made_jump
         )
