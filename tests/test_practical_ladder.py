@@ -256,3 +256,43 @@ def test_the_control_comparison_pools_heads_by_rung_group():
     ]
     assert row[(corpus, "gd", "3-8")][:2] == ["2/4 [0.15, 0.85]", "1/4 [0.05, 0.70]"]
     assert row[(corpus, "adamw", "3-8")][0].startswith("0/0")
+
+
+def test_the_control_figure_draws_each_cell_beside_its_control(monkeypatch, tmp_path):
+    """Per corpus and method the figure's solid lines are the cells' fractions of
+    heads with a focus and a dilution rung by rung, its dashed lines the
+    control's, and only the control has a band."""
+    import gflow.plotting
+
+    corpus, control = "tinystories-bpe-isolated", "tinystories-bpe-isolated-shuffled"
+    real = [
+        _run(corpus, "0 paper", "gd", [(0, 0, "focus", 1)]),
+        _run(corpus, "1 +heads", "gd", [(0, 1, "dilution", 1)], heads=(1, 2)),
+        _run(
+            corpus, "4 +pre-LN", "gd", [(0, 0, "focus", 1), (1, 1, "focus", 1)], (2, 2)
+        ),
+    ]
+    shuffled = [
+        _run(control, "0 paper", "gd", []),
+        _run(control, "5 +value/output", "gd", [(0, 0, "focus", 1)], (2, 2)),
+    ]
+    drawn = []
+    monkeypatch.setattr(
+        gflow.plotting, "save_figure", lambda fig, path: drawn.append(fig)
+    )
+    pl.control_figure(real, shuffled, dict(pl.SHUFFLED), tmp_path / "x.png")
+    (fig,) = drawn
+    ax = fig.axes[0]  # the only corpus with runs, GD
+    assert ax.get_title() == f"{corpus}, gd"
+    lines = [
+        (ln.get_linestyle(), list(ln.get_xdata()), list(ln.get_ydata()))
+        for ln in ax.lines
+    ]
+    assert lines == [
+        ("-", [0, 1, 4], [1.0, 0.0, 0.5]),  # focus on the corpus
+        ("-", [0, 1, 4], [0.0, 0.5, 0.0]),  # dilution
+        ("--", [0, 5], [0.0, 0.25]),  # focus on the control
+        ("--", [0, 5], [0.0, 0.0]),
+    ]
+    assert len(ax.collections) == 2  # the control's two bands
+    assert len(fig.axes) == 1  # methods without runs get no column
