@@ -296,3 +296,31 @@ def test_the_control_figure_draws_each_cell_beside_its_control(monkeypatch, tmp_
     ]
     assert len(ax.collections) == 2  # the control's two bands
     assert len(fig.axes) == 1  # methods without runs get no column
+
+
+def test_beyond_control_lists_the_rungs_outside_the_controls_interval():
+    """A cell counts as beyond its control only outside the control's Wilson
+    interval: 1 of 1 focusing heads against 0 of 1 (interval [0, 0.79]) is above;
+    2 of 4 against 1 of 4 ([0.05, 0.70]) is not; 0 of 20 diluting against 10 of 20
+    is below."""
+    corpus, control = "tinystories-bpe-isolated", "tinystories-bpe-isolated-shuffled"
+    real = [
+        _run(corpus, "0 paper", "gd", [(0, 0, "focus", 1)]),
+        _run(
+            corpus, "4 +pre-LN", "gd", [(0, 0, "focus", 1), (1, 1, "focus", 1)], (2, 2)
+        ),
+        _run(corpus, "5 +value/output", "gd", [], (4, 5)),
+    ]
+    ctrl_heads = [(k // 5, k % 5, "dilution", 1) for k in range(10)]
+    shuffled = [
+        _run(control, "0 paper", "gd", []),
+        _run(control, "4 +pre-LN", "gd", [(0, 0, "focus", 1)], (2, 2)),
+        _run(control, "5 +value/output", "gd", ctrl_heads, (4, 5)),
+    ]
+    rows = pl.beyond_control(real, shuffled, dict(pl.SHUFFLED)).splitlines()[2:]
+    table = {
+        tuple(c.strip() for c in r.split("|")[1:4]): r.split("|")[4:6] for r in rows
+    }
+    assert [c.strip() for c in table[(corpus, "gd", "focus")]] == ["0", "none"]
+    assert [c.strip() for c in table[(corpus, "gd", "dilution")]] == ["none", "5"]
+    assert (corpus, "adamw", "focus") not in table  # no runs, no row
