@@ -814,7 +814,7 @@ def control_figure(
                             x, band[:, 0], band[:, 1], color=colour, alpha=0.12
                         )
             ax.set_title(f"{data}, {method}", fontsize=8)
-            ax.set_ylim(0, 1)
+            ax.set_ylim(-0.03, 1.03)
             ax.set_xticks(range(len(RUNGS)))
             if a == len(pairs) - 1:
                 ax.set_xlabel("rung", fontsize=8)
