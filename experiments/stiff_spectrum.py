@@ -12,11 +12,14 @@ grows like 1/σ² as σ → 0) and the loss.
 
 Command:  nice -n 10 python experiments/stiff_spectrum.py [--variants base no_ln ...]
           [--t1 6] [--max-steps 1500]
+          the base block through its stiff phase (about 17 min on one core):
+          python experiments/stiff_spectrum.py --variants base --t1 4 \
+            --max-steps 100000 --saves 33 --tag _t4 --progress
 Runtime:  about 3-6 min per variant on 2 shared cores (the default solver's flow
           until t1 or max_steps, then 40 Lanczos steps at each of 25 saves).
-Writes:   runs/stiff_spectrum/<variant>.json (t, loss, top eigenvalues, LayerNorm
-          input σ, the solve's statistics and its StallReport) and
-          docs/figures/stiff_spectrum.png.
+Writes:   runs/stiff_spectrum/<variant><tag>.json (t, loss, top eigenvalues,
+          LayerNorm input σ, the parameters' norm, the solve's statistics and its
+          StallReport) and docs/figures/stiff_spectrum<tag>.png.
 Seeds:    sample key 0, model key 1 (jax.random.key), Lanczos key 2.
 """
 
@@ -90,9 +93,18 @@ def ln_input_sigma(model, tokens) -> float:
     return float(jnp.min(jax.vmap(one)(jnp.asarray(tokens[:, :-1]))))
 
 
-def run(name: str, *, t1: float, max_steps: int, saves: int = 25, k: int = 10):
+def run(
+    name: str,
+    *,
+    t1: float,
+    max_steps: int,
+    saves: int = 25,
+    k: int = 10,
+    tag: str = "",
+    progress: bool = False,
+):
     from gflow import solve_flow
-    from gflow.analysis import extreme_eigenpairs
+    from gflow.analysis import extreme_eigenpairs, flatten
 
     loss, model = problem(**VARIANTS[name])
     start = time.perf_counter()
@@ -103,7 +115,7 @@ def run(name: str, *, t1: float, max_steps: int, saves: int = 25, k: int = 10):
         ts=np.linspace(0.0, t1, saves),
         max_steps=max_steps,
         save_params=True,
-        progress=False,
+        progress=progress,
     )
     solve_s = time.perf_counter() - start
     rows = []
@@ -118,6 +130,7 @@ def run(name: str, *, t1: float, max_steps: int, saves: int = 25, k: int = 10):
                 "top": top.tolist(),
                 "lambda_min": float(np.min(np.asarray(evals))),
                 "ln_sigma": ln_input_sigma(m, loss.tokens),
+                "param_norm": float(np.linalg.norm(flatten(m)[0])),
             }
         )
         print(
@@ -138,21 +151,24 @@ def run(name: str, *, t1: float, max_steps: int, saves: int = 25, k: int = 10):
         "stall": None if d is None else d.message,
     }
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{name}.json").write_text(json.dumps(record, indent=1))
+    (OUT / f"{name}{tag}.json").write_text(json.dumps(record, indent=1))
     return record
 
 
-def plot(names):
+def plot(names, tag: str = ""):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    paths = [OUT / f"{n}{tag}.json" for n in names if (OUT / f"{n}{tag}.json").exists()]
+    if not paths:  # never overwrite the published figure with an empty one
+        raise SystemExit(
+            f"no records {names} with tag {tag!r} in {OUT}: run them first"
+        )
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for name in names:
-        path = OUT / f"{name}.json"
-        if not path.exists():
-            continue
+    for path in paths:
+        name = path.stem[: len(path.stem) - len(tag)] if tag else path.stem
         rec = json.loads(path.read_text())
         t = [r["t"] for r in rec["rows"]]
         top = np.array([r["top"] for r in rec["rows"]])
@@ -173,12 +189,15 @@ def plot(names):
         ylabel="Hessian eigenvalues (top 5)",
         title="λ₁ (bold) and λ₂…λ₅ (faint)",
     )
+    # LayerNorm divides by sqrt(σ² + ε): below sqrt(ε) its factor stops growing
+    axes[1].axhline(np.sqrt(1e-5), color="0.5", ls=":", lw=1, label="√ε (ε = 1e-5)")
     axes[1].set(xlabel="flow time t", ylabel="smallest LayerNorm input σ")
     axes[0].legend(fontsize=8)
     axes[1].legend(fontsize=8)
     fig.tight_layout()
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(FIGURE, dpi=120)
+    out = FIGURE.with_name(f"{FIGURE.stem}{tag}{FIGURE.suffix}")
+    fig.savefig(out, dpi=120)
 
 
 def main():
@@ -186,12 +205,29 @@ def main():
     p.add_argument("--variants", nargs="+", default=list(VARIANTS))
     p.add_argument("--t1", type=float, default=6.0)
     p.add_argument("--max-steps", type=int, default=1500)
+    p.add_argument("--saves", type=int, default=25)
+    p.add_argument(
+        "--tag",
+        default="",
+        help="appended to the names of the records and the figure (a longer run "
+        "beside the default one, e.g. _t20)",
+    )
+    p.add_argument(
+        "--progress", action="store_true", help="the solver's progress lines"
+    )
     p.add_argument("--plot-only", action="store_true")
     a = p.parse_args()
     if not a.plot_only:
         for name in a.variants:
-            run(name, t1=a.t1, max_steps=a.max_steps)
-    plot(list(VARIANTS))
+            run(
+                name,
+                t1=a.t1,
+                max_steps=a.max_steps,
+                saves=a.saves,
+                tag=a.tag,
+                progress=a.progress,
+            )
+    plot(list(VARIANTS), tag=a.tag)
 
 
 if __name__ == "__main__":
