@@ -8,7 +8,8 @@ module takes the same measurement (``overhead.per_gradient``) on the block of
 ``experiments/stiff_spectrum.py`` (2 layers, 2 heads, width 16, value/output,
 pre-LayerNorm, residual, MLP 32, positions, 5 504 parameters, 64 Markov sequences,
 float64; sample key 0, model key 1), from t = 0 to ``t1`` = 1, before its stiff
-phase, at rtol 1e-6.
+phase, at rtol 1e-6; with ``--problem markov`` on the default Markov flow to t = 400
+with the same two passes (the ``markov_overhead`` block).
 
 Command:  XLA_FLAGS="--xla_cpu_multi_thread_eigen=false \
             intra_op_parallelism_threads=1" \
@@ -40,12 +41,40 @@ from .common import save  # noqa: E402
 TARGET = 1.2
 
 
-def run(*, t1: float = 1.0, n: int = 200, repeats: int = 3) -> dict:
-    from experiments.stiff_spectrum import problem
+#: what each problem is, in the block's words, and its record's name
+PROBLEMS = {
+    "block": (
+        "The issue-31 standard block (sample key 0, model key 1; a timing of one "
+        "configuration), float64",
+        "deep_overhead",
+    ),
+    "markov": (
+        "The default one-layer Markov flow (initial weights jax.random.key(0); a "
+        "timing of one configuration), float64",
+        "markov_overhead",
+    ),
+}
 
+
+def run(
+    *, problem: str = "block", t1: float | None = None, n=None, repeats: int = 3
+) -> dict:
+    """Both passes (2 saves, 201 saves) on ``problem``: "block" (to t1 = 1, 200
+    bare steps) or "markov" (the default flow, to t1 = 400, 2000 bare steps)."""
     from .overhead import _solvers, per_gradient
 
-    loss, model = problem()
+    if problem == "block":
+        from experiments.stiff_spectrum import problem as block
+
+        loss, model = block()
+        t1, n = t1 or 1.0, n or 200
+    elif problem == "markov":
+        from .common import default_problem
+
+        loss, model = default_problem()
+        t1, n = t1 or 400.0, n or 2000
+    else:
+        raise ValueError(f"problem must be one of {sorted(PROBLEMS)}, got {problem!r}")
     rows = {}
     for saves, ts in (("2 saves", [0.0, t1]), ("201 saves", None)):
         print(f"{saves}:", flush=True)
@@ -60,6 +89,7 @@ def run(*, t1: float = 1.0, n: int = 200, repeats: int = 3) -> dict:
             ts=ts,
         )
     record = {
+        "problem": problem,
         "t1": t1,
         "n_bare": n,
         "repeats": repeats,
@@ -71,7 +101,7 @@ def run(*, t1: float = 1.0, n: int = 200, repeats: int = 3) -> dict:
         "jax": jax.__version__,
         "python": platform.python_version(),
     }
-    save("deep_overhead", record)
+    save(PROBLEMS[problem][1], record)
     return record
 
 
@@ -84,6 +114,10 @@ def block(record: dict) -> str:
     Every ratio is taken against the bare fused gradient timed at a load of at most
     ``QUIET`` in the same process (the fastest such one, if several); a row or a
     bare time taken at a higher load is withheld."""
+    problem = record.get("problem", "block")
+    text = PROBLEMS[problem][0]
+    flag = "" if problem == "block" else f" --problem {problem}"
+    arg = "" if problem == "block" else f'"{problem}"'
     groups = record["rows"]
     bares = [
         (rows["bare_fused_us"], rows["bare_python_call_us"], saves)
@@ -97,10 +131,10 @@ def block(record: dict) -> str:
         f"Measured {record['when']} on {record['cpus']} CPUs, jax {record['jax']}, by "
         '`XLA_FLAGS="--xla_cpu_multi_thread_eigen=false '
         'intra_op_parallelism_threads=1" PYTHONPATH=$PWD taskset -c 0 python -m '
-        "benchmarks.deep_overhead` (one core, one thread) and then `python -c "
-        '"from benchmarks.deep_overhead import write_block; write_block()"`. '
-        "The issue-31 standard block (sample key 0, model key 1; a timing of one "
-        f"configuration), float64, `solve_flow` from t = 0 to t = {record['t1']:g} "
+        f"benchmarks.deep_overhead{flag}` (one core, one thread) and then "
+        '`python -c "from benchmarks.deep_overhead import write_block; '
+        f'write_block({arg})"`. {text}, `solve_flow` from t = 0 to '
+        f"t = {record['t1']:g} "
         "at rtol 1e-6, atol 1e-8; each solver compiled by a first solve, then the "
         f"fastest of {record['repeats']}. Bare gradient: {record['n_bare']} "
         "gradient steps chained in one jitted `lax.fori_loop` (fused) and called "
@@ -141,24 +175,24 @@ def block(record: dict) -> str:
     return "\n".join(lines)
 
 
-START, END = "<!-- deep_overhead:start -->", "<!-- deep_overhead:end -->"
-
-
-def write_block(doc=None) -> None:
-    """Rewrite BENCHMARKS.md's deep_overhead block from results/deep_overhead.json."""
+def write_block(problem: str = "block", doc=None) -> None:
+    """Rewrite BENCHMARKS.md's block of ``problem`` from its saved record."""
     import json
     from pathlib import Path
 
     from .quiet import replace_block
 
+    name = PROBLEMS[problem][1]
     doc = doc or Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
-    record = json.loads((RESULTS_DIR / "deep_overhead.json").read_text())
-    replace_block(doc, START, END, block(record) + "\n")
+    record = json.loads((RESULTS_DIR / f"{name}.json").read_text())
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    replace_block(doc, start, end, block(record) + "\n")
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--t1", type=float, default=1.0)
+    p.add_argument("--problem", choices=sorted(PROBLEMS), default="block")
+    p.add_argument("--t1", type=float, default=None)
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
-    run(t1=a.t1, repeats=a.repeats)
+    run(problem=a.problem, t1=a.t1, repeats=a.repeats)

@@ -294,6 +294,9 @@ def test_the_control_figure_draws_each_cell_beside_its_control(monkeypatch, tmp_
         ("--", [0, 5], [0.0, 0.25]),  # focus on the control
         ("--", [0, 5], [0.0, 0.0]),
     ]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)  # save_figure would have closed it
     assert len(ax.collections) == 2  # the control's two bands
     assert len(fig.axes) == 1  # methods without runs get no column
 
