@@ -47,17 +47,29 @@ VARIANTS = {
     "no_ln": dict(layernorm=False, positions=True, batch=64),
     "no_pos": dict(layernorm=True, positions=False, batch=64),
     "batch256": dict(layernorm=True, positions=True, batch=256),
+    # the same block on in-context Markov chains (3 states, Dirichlet(1) rows):
+    # the data of the practical ladder and of the stand-in's block row
+    "icl": dict(layernorm=True, positions=True, batch=64, data="icl-markov"),
 }
 
 
-def problem(*, layernorm=True, positions=True, batch=64, seed=0):
-    """(loss, model) of the standard block (or a variant of it)."""
-    from gflow import MarkovChain, SequenceLoss, Transformer
+def problem(*, layernorm=True, positions=True, batch=64, seed=0, data="markov"):
+    """(loss, model) of the standard block (or a variant of it); ``data``: the
+    paper's chain ("markov") or in-context Markov chains ("icl-markov", 3 states,
+    Dirichlet(1) rows)."""
+    from gflow import InContextMarkov, MarkovChain, SequenceLoss, Transformer
 
-    chain = MarkovChain.default()
-    tokens = chain.sample(key=jax.random.key(seed), batch=batch, length=33)
+    if data == "markov":
+        source = MarkovChain.default()
+        d = source.d
+    elif data == "icl-markov":
+        source = InContextMarkov(states=3, alpha=1.0)
+        d = source.states
+    else:
+        raise ValueError(f"data must be markov or icl-markov, got {data!r}")
+    tokens = source.sample(key=jax.random.key(seed), batch=batch, length=33)
     model = Transformer.init(
-        d_vocab=chain.d,
+        d_vocab=d,
         d_model=16,
         n_layers=2,
         n_heads=2,
@@ -70,7 +82,7 @@ def problem(*, layernorm=True, positions=True, batch=64, seed=0):
         max_len=64 if positions else None,
         dtype=jnp.float64,
     )
-    return SequenceLoss(tokens, d_vocab=chain.d), model
+    return SequenceLoss(tokens, d_vocab=d), model
 
 
 def ln_input_sigma(model, tokens) -> float:
