@@ -90,7 +90,22 @@ def test_the_control_data_has_no_context_to_use():
     np.testing.assert_allclose(freq, [0.75, 0.19, 0.05, 0.01], atol=0.05)
 
 
-@pytest.mark.parametrize("data", ["markov", "markov-iid", "icl-markov", *pl.CORPORA])
+def test_the_uniform_control_has_no_frequent_token_but_a_useful_context():
+    """π uniform, λ = 0.5: the held-out tokens are uniform, and the Bayes loss lies
+    below the unigram loss ln 4 (the context helps)."""
+    data = pl.uniform_data(pl.Config())  # 128 held-out sequences: a tight check
+    assert data.name == "markov-uniform" and data.d_vocab == 4
+    assert data.unigram_loss == pytest.approx(np.log(4), abs=1e-12)
+    # the repeat probability is λ + (1 - λ)/4 = 0.625, the others 0.125 each
+    want = -(0.625 * np.log(0.625) + 3 * 0.125 * np.log(0.125))
+    assert data.bayes_loss == pytest.approx(want, abs=1e-12)
+    freq = np.bincount(np.asarray(data.held_out).ravel(), minlength=4)
+    np.testing.assert_allclose(freq / freq.sum(), 0.25, atol=0.05)
+
+
+@pytest.mark.parametrize(
+    "data", ["markov", "markov-iid", "markov-uniform", "icl-markov", *pl.CORPORA]
+)
 def test_every_cell_is_a_gflow_train_command(data):
     """Issue 30's done-when: every cell of the ladder runs from ``gflow train``.
     Each cell's command line builds the rung's model, the data set and the method
@@ -140,6 +155,7 @@ def test_every_cell_is_a_gflow_train_command(data):
                     cfg.adamw_lr,
                 )
             assert (train.lam == 0.0) == (data == "markov-iid")
+            assert (train.pi == pl.UNIFORM_PI) == (data == "markov-uniform")
             if data in pl.CORPORA:
                 assert (train.tokenizer, train.whitespace) == (
                     "bpe",
@@ -321,9 +337,9 @@ def test_beyond_control_lists_the_rungs_outside_the_controls_interval():
         _run(control, "5 +value/output", "gd", ctrl_heads, (4, 5)),
     ]
     rows = pl.beyond_control(real, shuffled, dict(pl.SHUFFLED)).splitlines()[2:]
-    table = {
-        tuple(c.strip() for c in r.split("|")[1:4]): r.split("|")[4:6] for r in rows
-    }
+    cells = [[c.strip() for c in r.split("|")[1:-1]] for r in rows]
+    assert all(c[1] == control for c in cells)  # the control is named
+    table = {(c[0], c[2], c[3]): c[4:6] for c in cells}
     assert [c.strip() for c in table[(corpus, "gd", "focus")]] == ["0", "none"]
     assert [c.strip() for c in table[(corpus, "gd", "dilution")]] == ["none", "5"]
     assert (corpus, "adamw", "focus") not in table  # no runs, no row
