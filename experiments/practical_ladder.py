@@ -46,7 +46,13 @@ import numpy as np
 
 from experiments import _docs
 from experiments import deep_cycle as dc
-from gflow import HeadObservables, InContextMarkov, SequenceLoss, Transformer
+from gflow import (
+    HeadObservables,
+    InContextMarkov,
+    OnlineStageDetector,
+    SequenceLoss,
+    Transformer,
+)
 from gflow.problems import MarkovChain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -443,6 +449,73 @@ def key_classes(model, tokens, top: int, *, excess: float = 0.1) -> dict:
     return {"labels": labels, "mass": mass.tolist(), "chance": chance.tolist()}
 
 
+def online_events(traj) -> list[dict]:
+    """The online detector (``OnlineStageDetector``, default rules) read one save
+    at a time along a run, as a monitor with ``every`` = one save interval would:
+    the events it reports. The probe loss is the held-out loss."""
+    m = traj.metrics
+    detector = OnlineStageDetector()
+    names = ("head_entropy", "head_on_top", "head_tracked_on_top", "head_self")
+    for i, t in enumerate(np.asarray(traj.t)):
+        signals = {k: np.asarray(m[k][i]) for k in names}
+        signals["loss"] = float(m["held_out_loss"][i])
+        if "sv_W_A" in m:
+            signals["sv_W_A"] = np.asarray(m["sv_W_A"][i])
+        if not np.all(np.isfinite(signals["head_entropy"])):
+            break  # a diverged run: the detector reads no further
+        detector.update(i, float(t), signals)
+    return [e.to_dict() for e in detector.events]
+
+
+def online_table(runs: list[dict]) -> str:
+    """Per data set and method, heads with a focus and with a dilution (cycle 1)
+    by the online detector and by the offline one, pooled over the rungs 0-2 (no
+    residual) and 3-8; only runs that recorded the online events."""
+    groups = (("0-2", ("0", "1", "2")), ("3-8", tuple("345678")))
+    rows = []
+    for data in sorted({r["data"] for r in runs}):
+        for method in dc.METHODS:
+            for label, rungs in groups:
+                group = [
+                    r
+                    for r in runs
+                    if (r["data"], r["method"]) == (data, method)
+                    and r["rung"].split()[0] in rungs
+                    and "online" in r
+                ]
+                if not group:
+                    continue
+                cells = []
+                for stage in ("focus", "dilution"):
+                    k_on = k_off = n = 0
+                    for r in group:
+                        offline = _head_stages(r)
+                        n += len(offline)
+                        k_off += sum((stage, 1) in st for st in offline.values())
+                        k_on += len(
+                            {
+                                (e["layer"], e["head"])
+                                for e in r["online"]
+                                if e["event"] == stage and e["cycle"] == 1
+                            }
+                        )
+                    cells += [f"{k_on}/{n}", f"{k_off}/{n}"]
+                rows.append([data, method, label, len(group), *cells])
+    return _docs.table(
+        [
+            "data",
+            "method",
+            "rungs",
+            "runs",
+            "focus: online",
+            "focus: offline",
+            "dilution: online",
+            "dilution: offline",
+        ],
+        rows,
+    )
+
+
 def _path(cfg: Config, data: str, rung: str, method: str, seed: int) -> Path:
     name = f"{data}_{rung.split()[0]}_{method}_{seed}.json"
     return OUT / cfg.tag / "runs" / name
@@ -487,6 +560,7 @@ def run(cfg: Config, *, log=print) -> dict:
                         "seed": seed,
                         "wall_s": time.perf_counter() - t0,
                         **dc.summarise(traj, data),
+                        "online": online_events(traj),
                         "key_classes": keys["labels"],
                         "key_mass": {"mass": keys["mass"], "chance": keys["chance"]},
                     }
@@ -882,6 +956,17 @@ def controls_page(cfg: Config) -> str:
             "![each Markov cell against its two controls]"
             f"(figures/{VS_CONTROL_FIGURE.name})\n\n"
             + beyond_control(_runs(real), runs, MARKOV_CONTROLS)
+            + "\n"
+        )
+    replayed = [r for r in _runs(real) + runs if "online" in r]
+    if replayed:
+        figure += (
+            "\nThe online detector on the same runs (`OnlineStageDetector` with its "
+            "default rules, read one save at a time, as a monitor observing every "
+            f"save would: `online_events`; {len(replayed)} runs), against the "
+            "offline detector: heads with a focus or a dilution in cycle 1, pooled "
+            "over the rungs without a residual stream (0-2) and with one (3-8):\n\n"
+            + online_table(replayed)
             + "\n"
         )
     return (

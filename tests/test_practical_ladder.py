@@ -3,6 +3,7 @@ classes of constructed attention patterns, the rungs adding one change each, and
 the quick path end to end (slow), and every cell as a ``gflow train`` command."""
 
 import dataclasses
+import types
 
 import jax
 import jax.numpy as jnp
@@ -343,3 +344,58 @@ def test_beyond_control_lists_the_rungs_outside_the_controls_interval():
     assert [c.strip() for c in table[(corpus, "gd", "focus")]] == ["0", "none"]
     assert [c.strip() for c in table[(corpus, "gd", "dilution")]] == ["none", "5"]
     assert (corpus, "adamw", "focus") not in table  # no runs, no row
+
+
+def _series(n=40):
+    """One head's saves: the loss falls over saves 0-10 and then rests; the head's
+    entropy falls by 0.176 nats per save over saves 15-20; the tracked queries'
+    attention on the top token falls by 0.12 per save over saves 25-30."""
+    t = np.arange(n) * 7.5
+    loss = np.where(np.arange(n) < 10, 1.0 - 0.05 * np.arange(n), 0.5)
+    ent = np.interp(np.arange(n), [15, 20], [1.38, 0.5])
+    tracked = np.interp(np.arange(n), [25, 30], [0.9, 0.3])
+    metrics = {
+        "held_out_loss": loss,
+        "head_entropy": ent[:, None, None],
+        "head_on_top": np.full((n, 1, 1), 0.5),
+        "head_tracked_on_top": tracked[:, None, None, None],
+        "head_self": np.full((n, 1, 1), 0.2),
+    }
+    return types.SimpleNamespace(t=t, metrics=metrics)
+
+
+def test_online_events_replay_the_saves_through_the_online_rules():
+    """Focus where the entropy first lies 0.1 nats (the default min_amplitude)
+    below its running maximum: save 16 (1.38 - 0.176); dilution where the tracked
+    attention first lies 0.1 below its maximum since the focus: save 26 (0.78)."""
+    events = {e["event"]: e for e in pl.online_events(_series())}
+    assert events["condensation"]["step"] <= 15
+    assert (events["focus"]["step"], events["focus"]["t"]) == (16, 16 * 7.5)
+    assert (events["focus"]["layer"], events["focus"]["head"]) == (0, 0)
+    assert events["dilution"]["step"] == 26
+    flat = _series()
+    flat.metrics["head_entropy"] = np.full((40, 1, 1), 1.38)
+    assert "focus" not in {e["event"] for e in pl.online_events(flat)}
+    broken = _series()
+    broken.metrics["head_entropy"] = broken.metrics["head_entropy"].copy()
+    broken.metrics["head_entropy"][14:] = np.nan  # diverged before the focus
+    assert "focus" not in {e["event"] for e in pl.online_events(broken)}
+
+
+def test_the_online_table_counts_heads_online_and_offline():
+    run = {
+        "data": "markov-iid",
+        "rung": "3 +residual",
+        "method": "gd",
+        "head_entropy": np.zeros((2, 1, 2)).tolist(),
+        "stages": [{"stage": "focus", "cycle": 1, "layer": 0, "head": 1}],
+        "online": [
+            {"event": "focus", "cycle": 1, "layer": 0, "head": 0},
+            {"event": "focus", "cycle": 1, "layer": 0, "head": 1},
+            {"event": "dilution", "cycle": 2, "layer": 0, "head": 1},
+        ],
+    }
+    old = dict(run, seed=1)
+    del old["online"]  # a run cached before the online replay is left out
+    table = pl.online_table([run, old])
+    assert "| markov-iid | gd | 3-8 | 1 | 2/2 | 1/2 | 0/2 | 0/2 |" in table
