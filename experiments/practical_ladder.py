@@ -883,6 +883,8 @@ def control_figure(
     _, real = cell_table(runs)
     _, ctrl = cell_table(controls)
     pairs = {c: d for c, d in pairs.items() if any(r["data"] == d for r in real)}
+    if not pairs:
+        raise ValueError("no run of a data set that these controls control")
     methods = [m for m in dc.METHODS if any(r["method"] == m for r in real)]
     fig, axes = plt.subplots(
         len(pairs),
@@ -947,7 +949,7 @@ def controls_page(cfg: Config) -> str:
         cfg, datasets=("markov",), tag=cfg.tag.replace("-controls", "")
     )
     figure = ""
-    if runs and _runs(real):
+    if runs and any(r["data"] in MARKOV_CONTROLS.values() for r in _runs(real)):
         control_figure(_runs(real), runs, MARKOV_CONTROLS, VS_CONTROL_FIGURE)
         figure = (
             "\nRung by rung, the paper's chain against this control (the table "

@@ -399,3 +399,12 @@ def test_the_online_table_counts_heads_online_and_offline():
     del old["online"]  # a run cached before the online replay is left out
     table = pl.online_table([run, old])
     assert "| markov-iid | gd | 3-8 | 1 | 2/2 | 1/2 | 0/2 | 0/2 |" in table
+
+
+def test_the_control_figure_refuses_controls_of_data_it_has_no_runs_of(tmp_path):
+    """Controls whose data set has no run (e.g. only ICL-MC cached) are a clear
+    error, not an empty grid of panels."""
+    icl = [_run("icl-markov", "0 paper", "gd", [])]
+    iid = [_run("markov-iid", "0 paper", "gd", [])]
+    with pytest.raises(ValueError, match="no run of a data set"):
+        pl.control_figure(icl, iid, pl.MARKOV_CONTROLS, tmp_path / "x.png")
