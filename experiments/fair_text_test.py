@@ -228,13 +228,14 @@ def row_counts(runs: list[dict], row: str) -> dict:
 
 
 def short(moves: list[dict]) -> str:
-    """Moves as "Fself@936 D▁the@972"; "–" for none."""
+    """Moves as "Fself@936 (0.07→0.47) D▁the@972 (0.47→0.34)": the start time and
+    the row's mass on the key before and after; "–" for none."""
     if not moves:
         return "–"
     return " ".join(
         ("F" if m["phase"] == "focus" else "D")
         + ("self" if m["self"] else m["key"])
-        + f"@{m['t_start']:g}"
+        + f"@{m['t_start']:g} ({m['mass_before']:.2f}→{m['mass_after']:.2f})"
         for m in moves
     )
 
@@ -336,7 +337,12 @@ def block(s: Settings, root: Path = OUT) -> str:
             rows_table,
         )
     )
-    lines += ["", "Each seed's moves (F focus on, D dilution from; @ the start t):", ""]
+    lines += [
+        "",
+        "Each seed's moves (F focus on, D dilution from; @ the start t; the row's "
+        "mass on the key before → after the move):",
+        "",
+    ]
     moves_table = []
     for name, group in (("text", text), ("shuffled", control)):
         for row in s.rows():

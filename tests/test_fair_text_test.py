@@ -70,7 +70,7 @@ def test_counts_and_block_read_the_run_directories(tmp_path):
     page = ft.block(s, tmp_path)
     line = next(x for x in page.splitlines() if x.startswith("| ▁the | 2/2 | 1/1"))
     assert line.rstrip().endswith("| 4, 1 | 1/2 |")
-    assert "s1: Fself@900 Dself@950" in page
+    assert "s1: Fself@900 (0.10→0.50) Dself@950 (0.10→0.50)" in page
     assert "| ▁a | 0/2 | – |" in page  # the control does not track ▁a
 
 
