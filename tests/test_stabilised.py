@@ -458,6 +458,7 @@ def _moving_well_solves(*solvers):
     return ref.ys[-1], [diffrax.diffeqsolve(term, s, **kw) for s in solvers]
 
 
+@pytest.mark.slow  # a choice of method, not an oracle; 5.5 s (.ci/run's slow group)
 def test_autoswitch_picks_rkc2_where_the_exponential_steps_are_held_back():
     """On the moving well to t = 3 the race keeps RKC2, and the result is within
     3e-5 of a tight Dopri8 reference (Tsit5 ends 1.1e-5 from it: the slow test

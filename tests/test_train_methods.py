@@ -77,7 +77,7 @@ def _hand_loop(cfg, tx):
     "settings, tx",
     [
         (dict(method="gd", lr=0.5), optax.sgd(0.5)),
-        (
+        pytest.param(  # slow: the gd case keeps the hand-loop oracle by default
             dict(optimizer="adam", batch=0, lr=0.05, schedule="warmup-cosine"),
             # warmup max(1, round(0.1 * 6)) = 1 step, then the cosine to 0; optax
             # evaluates a schedule at its int32 count, in float32 unless cast
@@ -86,6 +86,7 @@ def _hand_loop(cfg, tx):
                     n.astype(np.float64)
                 )
             ),
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["gd", "adam-full-batch"],
