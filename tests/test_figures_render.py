@@ -430,6 +430,7 @@ def test_head_entropy_names_the_clock(tmp_path, monkeypatch):
     assert {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()} == {"flow time $t$"}
 
 
+@pytest.mark.slow  # rendering only (4 s); .ci/run runs it
 def test_attention_maps(tmp_path, monkeypatch):
     made = _figures(monkeypatch)
     model = gflow.Transformer.init(

@@ -160,6 +160,8 @@ def test_controls_stay_silent_where_the_chain_focuses(tmp_path):
     assert [e.stage for e in events] == ["condensation"]
 
 
+@pytest.mark.slow  # 3.3 s; .ci/run runs it (the online controls are also
+# counted on the ladder by tests/test_practical_ladder.py)
 def test_a_short_uniform_pi_run_reports_nothing(tmp_path):
     traj, events = _short("uniform_pi", tmp_path, t1=25.0)
     assert events == []

@@ -84,6 +84,7 @@ def test_attention_is_causal_and_rows_sum_to_one():
     np.testing.assert_allclose(model(context), model.causal_logits(context)[-1])
 
 
+@pytest.mark.slow  # 4.9 s, not an oracle; .ci/run runs it
 def test_every_option_is_present_and_moves_the_output():
     """In the default suite (1 s): the Transformer's oracle of its parts; each
     attention row is a distribution over the keys up to its query."""
