@@ -42,7 +42,6 @@ import argparse
 import dataclasses
 import json
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -223,7 +222,6 @@ def row_counts(runs: list[dict], row: str) -> dict:
         "dilution": sum(any(m["phase"] == "dilution" for m in p) for p in per_seed),
         "halves": sum(halves(p) for p in per_seed),
         "in_order": [in_order(p) for p in per_seed],
-        "moves": [p for p in per_seed],
     }
 
 
@@ -386,7 +384,6 @@ def main(argv_=None) -> int:
         print(text)  # the page keeps the prefix mode's full run
     else:
         _docs.publish(text, quick=False, doc=DOC, start=START, end=END)
-    sys.stdout.flush()
     return 0
 
 

@@ -449,6 +449,10 @@ def key_classes(model, tokens, top: int, *, excess: float = 0.1) -> dict:
     return {"labels": labels, "mass": mass.tolist(), "chance": chance.tolist()}
 
 
+#: The rungs pooled in the control tables: without a residual stream, and with one.
+RUNG_GROUPS = (("0-2", ("0", "1", "2")), ("3-8", tuple("345678")))
+
+
 def online_events(traj) -> list[dict]:
     """The online detector (``OnlineStageDetector``, default rules) read one save
     at a time along a run, as a monitor with ``every`` = one save interval would:
@@ -471,11 +475,10 @@ def online_table(runs: list[dict]) -> str:
     """Per data set and method, heads with a focus and with a dilution (cycle 1)
     by the online detector and by the offline one, pooled over the rungs 0-2 (no
     residual) and 3-8; only runs that recorded the online events."""
-    groups = (("0-2", ("0", "1", "2")), ("3-8", tuple("345678")))
     rows = []
     for data in sorted({r["data"] for r in runs}):
         for method in dc.METHODS:
-            for label, rungs in groups:
+            for label, rungs in RUNG_GROUPS:
                 group = [
                     r
                     for r in runs
@@ -792,7 +795,6 @@ def control_comparison(runs: list[dict], controls: list[dict]) -> str:
     95% Wilson intervals."""
     _, real = cell_table(runs)
     _, ctrl = cell_table(controls)
-    groups = (("0-2", ("0", "1", "2")), ("3-8", tuple("345678")))
 
     def pooled(records, data, method, rungs, key):
         rows = [
@@ -813,7 +815,7 @@ def control_comparison(runs: list[dict], controls: list[dict]) -> str:
     ]
     for control, corpus in SHUFFLED.items():
         for method in dc.METHODS:
-            for label, rungs in groups:
+            for label, rungs in RUNG_GROUPS:
                 cells = [
                     pooled(records, data, method, rungs, key)
                     for key in ("focus", "dilution")
