@@ -167,6 +167,135 @@ def run(
     return record
 
 
+def solver_for(name: str):
+    """The solver a segmented run uses: the default (None) or a named one."""
+    from gflow.dynamics import solvers
+
+    if name == "default":
+        return None
+    if name == "rkc2":
+        return solvers.RKC2()
+    if name == "split":
+        return solvers.SplitRKC2()
+    raise ValueError(f"solver must be default, rkc2 or split, got {name!r}")
+
+
+def spectrum_row(loss, m, t, loss_value):
+    from gflow.analysis import extreme_eigenpairs, flatten
+
+    evals, _ = extreme_eigenpairs(loss, m, key=jax.random.key(2), iters=40)
+    return {
+        "t": float(t),
+        "loss": float(loss_value),
+        "top": np.sort(np.asarray(evals))[::-1][:10].tolist(),
+        "lambda_min": float(np.min(np.asarray(evals))),
+        "ln_sigma": ln_input_sigma(m, loss.tokens),
+        "param_norm": float(np.linalg.norm(flatten(m)[0])),
+    }
+
+
+def run_segments(
+    name: str,
+    *,
+    t1: float,
+    segment: float,
+    max_steps: int,
+    tag: str = "",
+    solver: str = "default",
+    progress: bool = False,
+):
+    """The flow in segments of length ``segment``, each a ``solve_flow`` from the last
+    segment's end, checkpointed after each (``runs/stiff_spectrum/<name><tag>/``):
+    an interrupted run resumes from its last finished segment with the same
+    command. The spectrum is taken at each segment's end. Each segment restarts the
+    solver (the default then begins with Tsit5 steps and detects the stiffness
+    again); its cost is counted."""
+    import equinox as eqx
+
+    from gflow import solve_flow
+
+    loss, model = problem(**VARIANTS[name])
+    folder = OUT / f"{name}{tag}"
+    folder.mkdir(parents=True, exist_ok=True)
+    state_path, log_path = folder / "checkpoint.eqx", folder / "segments.json"
+    if log_path.exists():
+        log = json.loads(log_path.read_text())
+        if log["solver"] != solver or log["segment"] != segment:
+            raise SystemExit(
+                f"{folder} was run with solver {log['solver']!r} and segment "
+                f"{log['segment']}: use another --tag"
+            )
+        model = eqx.tree_deserialise_leaves(state_path, model)
+        print(f"resuming {name}{tag} at t = {log['rows'][-1]['t']}", flush=True)
+    else:
+        log = {
+            "variant": name,
+            "settings": VARIANTS[name],
+            "solver": solver,
+            "segment": segment,
+            "segments": [],
+            "rows": [spectrum_row(loss, model, 0.0, loss(model))],
+        }
+    t = log["rows"][-1]["t"]
+    while t < t1 - 1e-12:
+        t_next = min(t + segment, t1)
+        start = time.perf_counter()
+        tr = solve_flow(
+            loss,
+            model,
+            t0=t,
+            t1=t_next,
+            ts=[t_next],
+            solver=solver_for(solver),
+            max_steps=max_steps,
+            progress=progress,
+        )
+        wall = time.perf_counter() - start
+        if tr.status != "success":
+            print(tr.diagnosis.message if tr.diagnosis else tr.status, flush=True)
+            raise SystemExit(f"segment [{t}, {t_next}] ended with {tr.status}")
+        model = tr.final
+        row = spectrum_row(loss, model, t_next, tr.metrics["loss"][-1])
+        log["segments"].append({"t0": t, "t1": t_next, "wall_s": wall, **tr.stats})
+        log["rows"].append(row)
+        tmp = state_path.with_suffix(".tmp")
+        eqx.tree_serialise_leaves(tmp, model)
+        tmp.replace(state_path)
+        log_path.with_suffix(".tmp").write_text(json.dumps(log, indent=1))
+        log_path.with_suffix(".tmp").replace(log_path)
+        t = t_next
+        print(
+            f"{name}{tag} t={t:.3f} loss={row['loss']:.5f} "
+            f"evals={tr.stats['grad_evals']} steps={tr.stats['num_steps']} "
+            f"wall={wall:.0f}s top={np.round(row['top'][:3], 1)} "
+            f"sigma={row['ln_sigma']:.3g}",
+            flush=True,
+        )
+    segs = log["segments"]
+    record = {
+        "variant": name,
+        "settings": VARIANTS[name],
+        "t1": t1,
+        "solver": solver,
+        "segment": segment,
+        "status": "success",
+        "stats": {
+            k: sum(s[k] for s in segs)
+            for k in (
+                "num_steps",
+                "num_accepted_steps",
+                "num_rejected_steps",
+                "grad_evals",
+            )
+        },
+        "solve_s": sum(s["wall_s"] for s in segs),
+        "rows": log["rows"],
+        "stall": None,
+    }
+    (OUT / f"{name}{tag}.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
 def plot(names, tag: str = ""):
     import matplotlib
 
@@ -227,9 +356,34 @@ def main():
     p.add_argument(
         "--progress", action="store_true", help="the solver's progress lines"
     )
+    p.add_argument(
+        "--segment",
+        type=float,
+        default=None,
+        help="run in segments of this flow time, checkpointed after each under "
+        "runs/stiff_spectrum/<variant><tag>/ (an interrupted run resumes with the "
+        "same command); the spectrum is taken at each segment's end",
+    )
+    p.add_argument(
+        "--solver",
+        default="default",
+        choices=["default", "rkc2", "split"],
+        help="with --segment: the solver (default: solve_flow's default)",
+    )
     p.add_argument("--plot-only", action="store_true")
     a = p.parse_args()
-    if not a.plot_only:
+    if a.segment is not None and not a.plot_only:
+        for name in a.variants:
+            run_segments(
+                name,
+                t1=a.t1,
+                segment=a.segment,
+                max_steps=a.max_steps,
+                tag=a.tag,
+                solver=a.solver,
+                progress=a.progress,
+            )
+    elif not a.plot_only:
         for name in a.variants:
             run(
                 name,
