@@ -20,7 +20,14 @@ from gflow.dynamics.references.central import CentralFlowReference
 from gflow.dynamics.references.central_adaptive import central_flow_of
 from gflow.dynamics.references.flow import FlowReference, ModifiedFlowReference
 from gflow.dynamics.schedules import Constant, WarmupCosine
-from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
+from gflow.dynamics.solvers import (
+    EXPRB32,
+    RKC2,
+    ROCK4,
+    AutoSwitch,
+    SplitRKC2,
+    StiffSwitch,
+)
 from gflow.runs.config import ConfigError
 from gflow.runs.sources import InContextSource, MarkovSource
 from gflow.text.fullbatch import FULL_BATCH_RULES
@@ -106,6 +113,7 @@ SOLVERS: NameTable[diffrax.AbstractSolver] = NameTable(
         "dopri8": diffrax.Dopri8,
         "kvaerno5": diffrax.Kvaerno5,
         "rkc2": RKC2,
+        "split-rkc2": SplitRKC2,
         "rock4": ROCK4,
         "exprb32": EXPRB32,
         "stiff": StiffSwitch,

@@ -1,5 +1,6 @@
 """Diffrax solvers written for gradient flows: the stabilised RKC2 and ROCK4, the
-exponential Rosenbrock EXPRB32, the Tsit5/RKC2 switch and the stiffness-aware default
+exponential Rosenbrock EXPRB32, RKC2 with the outlying eigendirections split off
+(SplitRKC2), the Tsit5/RKC2 switch and the stiffness-aware default
 AutoSwitch (Tsit5, then EXPRB32); the watcher that records a solve's step size and
 shows its progress, and the report of a solve that stalled.
 
@@ -34,6 +35,11 @@ from gflow.dynamics.solvers.rock4 import degree_index as degree_index
 from gflow.dynamics.solvers.rock4 import rock4_step as rock4_step
 from gflow.dynamics.solvers.rock4 import stages_needed as stages_needed
 
+# RKC2 with the outlying eigendirections split off
+from gflow.dynamics.solvers.split import SplitRKC2 as SplitRKC2
+from gflow.dynamics.solvers.split import SplitState as SplitState
+from gflow.dynamics.solvers.split import subspace_step as subspace_step
+
 # The Tsit5/RKC2 switch
 from gflow.dynamics.solvers.switch import StiffSwitch as StiffSwitch
 
@@ -61,6 +67,8 @@ __all__ = [
     "RKC2",
     "RKCState",
     "ROCK4",
+    "SplitRKC2",
+    "SplitState",
     "StallReport",
     "StiffSwitch",
     "WatchState",
@@ -76,6 +84,7 @@ __all__ = [
     "rock4_step",
     "stages_needed",
     "stall_report",
+    "subspace_step",
     "suggest",
     "tsit5_step",
     "unset_tolerances",

@@ -29,7 +29,9 @@ from gflow.dynamics.solvers.exprb import lanczos
 EXPLICIT_LIMIT = 3.3
 
 #: Solvers built for stiff flows; any other solver is taken as explicit.
-STIFF_SOLVERS = frozenset({"AutoSwitch", "StiffSwitch", "RKC2", "ROCK4", "EXPRB32"})
+STIFF_SOLVERS = frozenset(
+    {"AutoSwitch", "StiffSwitch", "RKC2", "SplitRKC2", "ROCK4", "EXPRB32"}
+)
 
 
 def hessian_top(

@@ -1,0 +1,240 @@
+"""SplitRKC2: Runge-Kutta-Chebyshev steps with the Hessian's outlying eigenvalues split
+off and integrated exponentially.
+
+A LayerNorm block's flow stiffens into one (or a few) outlying Hessian eigenvalues far
+above a band: on the standard block λ₁ ≈ 6.5e6 against λ₂ ≈ 1.2e5 at t = 4
+(docs/integrators.md, "The standard block's spectrum"). RKC2 pays √(1.54 h λ₁)
+stages a step for the whole interval [−λ₁, 0], although only λ₁'s direction needs it;
+EXPRB32's Krylov space cannot resolve the band once h λ₂ is large. This solver
+splits the field f = −∇L along the k outlying directions U (orthonormal rows,
+Hessian Ritz vectors tracked by one subspace iteration a step) into
+
+    f = P f + (I − P) f,        P = Uᵀ U (held fixed over a step),
+
+and takes the Strang composition of their flows over a step h:
+
+    fast half step  y_a = y₀ + Uᵀ [ (h/2) φ₁(−(h/2) Λ) U f(y₀) ]
+    slow step       y_b = RKC2 over h on y' = (I − P) f(y), from y_a
+    fast half step  y₁ = y_b + Uᵀ [ (h/2) φ₁(−(h/2) Λ) U f(y_b) ]
+
+The fast half steps are exponential Euler steps of y' = P f(y), whose Jacobian along
+U is −Λ (the Ritz values): exact for a quadratic loss whose U are eigenvectors, and
+a projection onto the slow manifold U f = 0 once h λ ≫ 1. The slow step's Jacobian
+is (I − P) J (I − P), whose spectral radius is λ_{k+1}, so its RKC2 stages number
+√(1.54 h λ_{k+1}) instead of √(1.54 h λ₁); λ_{k+1} is the (k+1)-th Ritz value of the
+same subspace iteration, and on a band it approaches from below, so it is taken with
+a safety factor and kept sticky (5 % decay a step).
+
+For a quadratic loss whose U are exact eigenvectors the two flows commute, the
+splitting is exact and the only error is RKC2's on the band. In general Strang's
+splitting is second order; its error is not in the estimate, which is RKC2's
+embedded estimate of the slow step (Sommeijer, Shampine & Verwer 1997). On a flow
+whose outliers are stiff (h λ ≫ 1) the fast half steps are projections onto the slow
+manifold and the splitting error is O(1/λ); tests/test_split_rkc.py compares it
+with a tight reference on a nonlinear flow and on the standard block.
+
+Evaluations a step: the s − 1 stages of RKC2 and f at y_a, y_b and y₁ (y₁'s is the
+next step's f(y₀)), plus 2(k + 1) for the k + 1 Hessian-vector products of the
+subspace iteration: s + 2 + 2(k + 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree, Real
+
+from gflow.dynamics.solvers.exprb import phi
+from gflow.dynamics.solvers.rkc import _rkc_stages, num_stages
+from gflow.dynamics.tree import tree_scale
+
+
+class SplitState(eqx.Module):
+    """What SplitRKC2 carries between steps."""
+
+    f0: PyTree  # the vector field at the step's start (first same as last)
+    basis: Float[Array, "k1 n"]  # the subspace iteration's orthonormal rows
+    ritz: Float[Array, " k1"]  # their Ritz values (Hessian), descending
+    rho: Float[Array, ""]  # the spectral radius: the top Ritz value, λ₁'s estimate
+    band: Float[Array, ""]  # the slow step's spectral radius, λ_{k+1} (sticky)
+    num_evals: Int[Array, ""]  # vector-field evaluations in accepted steps (JVPs: 2)
+    max_stages: Int[Array, ""]  # the largest stage count used so far
+
+
+class _Slow(eqx.Module):
+    """The slow part (I − UᵀU) f of a flat vector field, as a term for RKC2's stages."""
+
+    field: Callable
+    U: Float[Array, "k n"]
+
+    def vf(self, t, y, args):
+        f = self.field(y, t)
+        return f - self.U.T @ (self.U @ f)
+
+
+def subspace_step(hvp, basis: Float[Array, "k1 n"]):
+    """One subspace iteration with Rayleigh-Ritz on the symmetric operator ``hvp``.
+
+    Returns (Ritz values descending, the Ritz vectors as rows, the next basis: the
+    Ritz rotation of H·basis, orthonormalised), from len(basis) products.
+    """
+    W = jax.vmap(hvp)(basis)  # rows: H b_i
+    G = basis @ W.T
+    G = 0.5 * (G + G.T)
+    theta, S = jnp.linalg.eigh(G)  # ascending
+    order = jnp.arange(theta.size)[::-1]
+    theta, S = theta[order], S[:, order]
+    ritz_vectors = S.T @ basis
+    nxt, _ = jnp.linalg.qr((S.T @ W).T)  # columns orthonormal, Ritz order kept
+    return theta, ritz_vectors, nxt.T
+
+
+class SplitRKC2(diffrax.AbstractSolver):
+    """RKC2 with the Hessian's ``outliers`` top eigendirections split off and
+    integrated by exponential half steps (Strang splitting); second order.
+
+    For gradient flows (symmetric Jacobian) whose stiffness sits in a few outlying
+    eigenvalues above a band: each step's Chebyshev stages then pay for the band's
+    top, λ_{k+1}, not for λ₁. Use with ``diffrax.PIDController``.
+
+    Attributes:
+        outliers: k, the directions split off.
+        safety: factor on the slow step's spectral radius (the (k+1)-th Ritz value
+            approaches λ_{k+1} from below).
+        init_iters: subspace iterations at the first step (cold start).
+        max_stages: upper limit on RKC2's stages; a step that would need more is
+            rejected (infinite error) so the controller shrinks it.
+    """
+
+    outliers: int = 1
+    safety: float = 1.5
+    init_iters: int = 30
+    max_stages: int = 1000
+
+    term_structure: ClassVar = diffrax.AbstractTerm
+    interpolation_cls: ClassVar[Callable] = (
+        diffrax.ThirdOrderHermitePolynomialInterpolation
+    )
+
+    def __check_init__(self):
+        if self.outliers < 1:
+            raise ValueError(f"outliers must be >= 1, got {self.outliers}")
+        if not self.safety >= 1.0:
+            raise ValueError(f"safety must be >= 1, got {self.safety}")
+        if self.init_iters < 1:
+            raise ValueError(f"init_iters must be >= 1, got {self.init_iters}")
+        if self.max_stages < 2:
+            raise ValueError(f"max_stages must be >= 2, got {self.max_stages}")
+
+    def order(self, terms: PyTree[diffrax.AbstractTerm]) -> int:
+        return 2
+
+    def _flat(self, terms, y0, args):
+        x0, unravel = ravel_pytree(y0)
+
+        def field(x, t):
+            return ravel_pytree(terms.vf(t, unravel(x), args))[0]
+
+        return x0, unravel, field
+
+    def init(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        t1: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+    ) -> SplitState:
+        x0, _, field = self._flat(terms, y0, args)
+        k1 = min(self.outliers + 1, x0.size)
+        start = jax.random.normal(jax.random.key(0), (k1, x0.size), x0.dtype)
+        basis = jnp.linalg.qr(start.T)[0].T
+
+        def hvp(w):
+            return -jax.jvp(lambda x: field(x, t0), (x0,), (w,))[1]
+
+        def body(_, carry):
+            return subspace_step(hvp, carry[1])[::2]
+
+        ritz, basis = jax.lax.fori_loop(
+            0, self.init_iters, body, (jnp.zeros(k1, x0.dtype), basis)
+        )
+        return SplitState(
+            f0=terms.vf(t0, y0, args),
+            basis=basis,
+            ritz=ritz,
+            rho=jnp.maximum(ritz[0], 0.0),
+            band=jnp.maximum(ritz[-1], 0.0),
+            num_evals=jnp.asarray(1 + 2 * k1 * self.init_iters, jnp.int32),
+            max_stages=jnp.zeros((), jnp.int32),
+        )
+
+    def step(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        t1: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+        solver_state: SplitState,
+        made_jump: Bool[ArrayLike, ""],
+    ) -> tuple[PyTree, PyTree, dict[str, PyTree], SplitState, diffrax.RESULTS]:
+        st = solver_state
+        h = t1 - t0
+        x0, unravel, field = self._flat(terms, y0, args)
+        f0 = jax.lax.cond(
+            jnp.asarray(made_jump), lambda: terms.vf(t0, y0, args), lambda: st.f0
+        )
+        fx0 = ravel_pytree(f0)[0]
+
+        def hvp(w):
+            return -jax.jvp(lambda x: field(x, t0), (x0,), (w,))[1]
+
+        ritz, vectors, basis = subspace_step(hvp, st.basis)
+        k = vectors.shape[0] - 1
+        U, lam = vectors[:k], jnp.maximum(ritz[:k], 0.0)
+        band = jnp.maximum(jnp.maximum(ritz[k], 0.0), 0.95 * st.band)
+        half = 0.5 * h
+        gain = half * phi(1, -half * lam)  # (h/2) φ₁(−(h/2)λ)
+
+        x_a = x0 + U.T @ (gain * (U @ fx0))
+        slow = _Slow(field, U)
+        fa = slow.vf(t0, x_a, args)
+        s_needed = num_stages(h * self.safety * band)
+        s = jnp.clip(s_needed, 2, self.max_stages)
+        x_b = _rkc_stages(slow, t0, h, x_a, fa, args, s.astype(x0.dtype))
+        f_b = field(x_b, t1)
+        fb = f_b - U.T @ (U @ f_b)
+        x1 = x_b + U.T @ (gain * (U @ f_b))
+        fx1 = field(x1, t1)
+        err = jnp.where(
+            s_needed > self.max_stages, jnp.inf, 0.8 * (x_a - x_b) + 0.4 * h * (fa + fb)
+        )
+        y1, f1 = unravel(x1), unravel(fx1)
+        new = SplitState(
+            f0=f1,
+            basis=basis,
+            ritz=ritz,
+            rho=jnp.maximum(ritz[0], 0.0),
+            band=band,
+            # the s - 1 stages, f at y_a, y_b and y1, k + 1 products
+            num_evals=st.num_evals + s + 2 + 2 * (k + 1) + jnp.asarray(made_jump),
+            max_stages=jnp.maximum(st.max_stages, s),
+        )
+        dense_info = dict(y0=y0, y1=y1, k0=tree_scale(h, f0), k1=tree_scale(h, f1))
+        return y1, unravel(err), dense_info, new, diffrax.RESULTS.successful
+
+    def func(
+        self,
+        terms: PyTree[diffrax.AbstractTerm],
+        t0: Real[ArrayLike, ""],
+        y0: PyTree,
+        args: PyTree,
+    ) -> PyTree:
+        return terms.vf(t0, y0, args)
