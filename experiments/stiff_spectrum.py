@@ -202,6 +202,7 @@ def run_segments(
     max_steps: int,
     tag: str = "",
     solver: str = "default",
+    rtol: float = 1e-6,
     progress: bool = False,
 ):
     """The flow in segments of length ``segment``, each a ``solve_flow`` from the last
@@ -220,10 +221,11 @@ def run_segments(
     state_path, log_path = folder / "checkpoint.eqx", folder / "segments.json"
     if log_path.exists():
         log = json.loads(log_path.read_text())
-        if log["solver"] != solver or log["segment"] != segment:
+        same = (log["solver"], log["segment"], log.get("rtol", 1e-6))
+        if same != (solver, segment, rtol):
             raise SystemExit(
-                f"{folder} was run with solver {log['solver']!r} and segment "
-                f"{log['segment']}: use another --tag"
+                f"{folder} was run with (solver, segment, rtol) = {same}: use "
+                "another --tag"
             )
         model = eqx.tree_deserialise_leaves(state_path, model)
         print(f"resuming {name}{tag} at t = {log['rows'][-1]['t']}", flush=True)
@@ -232,6 +234,7 @@ def run_segments(
             "variant": name,
             "settings": VARIANTS[name],
             "solver": solver,
+            "rtol": rtol,
             "segment": segment,
             "segments": [],
             "rows": [spectrum_row(loss, model, 0.0, loss(model))],
@@ -247,6 +250,8 @@ def run_segments(
             t1=t_next,
             ts=[t_next],
             solver=solver_for(solver),
+            rtol=rtol,
+            atol=rtol * 1e-2,
             max_steps=max_steps,
             progress=progress,
         )
@@ -277,6 +282,7 @@ def run_segments(
         "settings": VARIANTS[name],
         "t1": t1,
         "solver": solver,
+        "rtol": rtol,
         "segment": segment,
         "status": "success",
         "stats": {
@@ -370,6 +376,13 @@ def main():
         choices=["default", "rkc2", "split"],
         help="with --segment: the solver (default: solve_flow's default)",
     )
+    p.add_argument(
+        "--rtol",
+        type=float,
+        default=1e-6,
+        help="with --segment: the tolerance (atol = rtol/100, as solve_flow's "
+        "defaults 1e-6, 1e-8)",
+    )
     p.add_argument("--plot-only", action="store_true")
     a = p.parse_args()
     if a.segment is not None and not a.plot_only:
@@ -381,6 +394,7 @@ def main():
                 max_steps=a.max_steps,
                 tag=a.tag,
                 solver=a.solver,
+                rtol=a.rtol,
                 progress=a.progress,
             )
     elif not a.plot_only:

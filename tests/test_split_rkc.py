@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gflow.dynamics.solvers import RKC2, SplitRKC2, subspace_step
+from gflow.dynamics.solvers import RKC2, SplitRKC2, SplitState, subspace_step
 
 
 def _quadratic(lam, seed=0):
@@ -127,6 +127,7 @@ def test_evaluations_per_step_are_the_stages_three_fields_and_the_products():
     solver = SplitRKC2(outliers=2, init_iters=5)
     y0 = jnp.ones(10)
     state = solver.init(term, 0.0, 0.1, y0, None)
+    assert isinstance(state, SplitState) and state.basis.shape == (3, 10)
     assert int(state.num_evals) == 1 + 2 * 3 * 5
     h = 0.1
     _, _, _, new, _ = solver.step(term, 0.0, h, y0, None, state, False)

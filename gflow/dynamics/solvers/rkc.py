@@ -141,7 +141,7 @@ class RKC2(diffrax.AbstractSolver):
         h = t1 - t0
         s_needed = num_stages(h * self.safety * jnp.maximum(tracked.rho, 0.0))
         s = jnp.clip(s_needed, 2, self.max_stages)
-        y1 = _rkc_stages(terms, t0, h, y0, f0, args, s.astype(_dtype(y0)))
+        y1 = rkc_stages(terms, t0, h, y0, f0, args, s.astype(_dtype(y0)))
         f1 = terms.vf(t1, y1, args)
         # Sommeijer et al.'s estimate: (12 (y0 - y1) + 6 h (f0 + f1)) / 15
         too_stiff = s_needed > self.max_stages
@@ -226,7 +226,7 @@ def track(terms, t0, y0, args, state: RKCState, made_jump, power_iters) -> RKCSt
     )
 
 
-def _rkc_stages(terms, t0, h, y0, f0, args, s):
+def rkc_stages(terms, t0, h, y0, f0, args, s):
     """y1 after s RKC2 stages from y0 with f0 = f(t0, y0) (Verwer et al. recursion).
 
     T_j are Chebyshev polynomials evaluated at w0 = 1 + ε/s²; the coefficients

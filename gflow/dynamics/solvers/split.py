@@ -51,7 +51,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree, Real
 
 from gflow.dynamics.solvers.exprb import phi
-from gflow.dynamics.solvers.rkc import _rkc_stages, num_stages
+from gflow.dynamics.solvers.rkc import num_stages, rkc_stages
 from gflow.dynamics.tree import tree_scale
 
 
@@ -193,42 +193,29 @@ class SplitRKC2(diffrax.AbstractSolver):
         )
         fx0 = ravel_pytree(f0)[0]
 
-        def hvp(w):
-            return -jax.jvp(lambda x: field(x, t0), (x0,), (w,))[1]
-
-        ritz, vectors, basis = subspace_step(hvp, st.basis)
-        k = vectors.shape[0] - 1
-        U, lam = vectors[:k], jnp.maximum(ritz[:k], 0.0)
-        band = jnp.maximum(jnp.maximum(ritz[k], 0.0), 0.95 * st.band)
-        half = 0.5 * h
-        gain = half * phi(1, -half * lam)  # (h/2) φ₁(−(h/2)λ)
-
-        x_a = x0 + U.T @ (gain * (U @ fx0))
-        slow = _Slow(field, U)
-        fa = slow.vf(t0, x_a, args)
-        s_needed = num_stages(h * self.safety * band)
-        s = jnp.clip(s_needed, 2, self.max_stages)
-        x_b = _rkc_stages(slow, t0, h, x_a, fa, args, s.astype(x0.dtype))
-        f_b = field(x_b, t1)
-        fb = f_b - U.T @ (U @ f_b)
-        x1 = x_b + U.T @ (gain * (U @ f_b))
-        fx1 = field(x1, t1)
-        err = jnp.where(
-            s_needed > self.max_stages, jnp.inf, 0.8 * (x_a - x_b) + 0.4 * h * (fa + fb)
+        out = split_rkc2_step(
+            field,
+            t0,
+            h,
+            x0,
+            fx0,
+            st.basis,
+            st.band,
+            safety=self.safety,
+            max_stages=self.max_stages,
         )
-        y1, f1 = unravel(x1), unravel(fx1)
+        y1, f1 = unravel(out.x1), unravel(out.f1)
         new = SplitState(
             f0=f1,
-            basis=basis,
-            ritz=ritz,
-            rho=jnp.maximum(ritz[0], 0.0),
-            band=band,
-            # the s - 1 stages, f at y_a, y_b and y1, k + 1 products
-            num_evals=st.num_evals + s + 2 + 2 * (k + 1) + jnp.asarray(made_jump),
-            max_stages=jnp.maximum(st.max_stages, s),
+            basis=out.basis,
+            ritz=out.ritz,
+            rho=jnp.maximum(out.ritz[0], 0.0),
+            band=out.band,
+            num_evals=st.num_evals + out.evals + jnp.asarray(made_jump),
+            max_stages=jnp.maximum(st.max_stages, out.stages),
         )
         dense_info = dict(y0=y0, y1=y1, k0=tree_scale(h, f0), k1=tree_scale(h, f1))
-        return y1, unravel(err), dense_info, new, diffrax.RESULTS.successful
+        return y1, unravel(out.error), dense_info, new, diffrax.RESULTS.successful
 
     def func(
         self,
@@ -238,3 +225,78 @@ class SplitRKC2(diffrax.AbstractSolver):
         args: PyTree,
     ) -> PyTree:
         return terms.vf(t0, y0, args)
+
+
+class SplitStep(eqx.Module):
+    """One SplitRKC2 step on flat vectors (``split_rkc2_step``)."""
+
+    x1: Float[Array, " n"]  # the new point (x0 where the step was refused)
+    f1: Float[Array, " n"]  # the field there
+    error: Float[
+        Array, " n"
+    ]  # RKC2's embedded estimate of the slow step (inf: refused)
+    ritz: Float[Array, " k1"]  # Ritz values, descending: ritz[0] estimates λ₁
+    basis: Float[Array, "k1 n"]  # the next step's subspace basis
+    band: Float[Array, ""]  # the slow step's spectral radius (sticky)
+    stages: Int[Array, ""]  # RKC2's stages s
+    evals: Int[Array, ""]  # vector-field evaluations (products count 2)
+
+
+def split_rkc2_step(
+    field,
+    t0,
+    h,
+    x0,
+    fx0,
+    basis,
+    band,
+    *,
+    safety,
+    max_stages,
+    iters=1,
+    refuse_above=None,
+) -> SplitStep:
+    """One step of SplitRKC2 on the flat field ``field(x, t)`` from x0 (field fx0),
+    after ``iters`` subspace iterations from ``basis`` (the tracked subspace; more
+    after a pause in which it went stale). A step whose RKC2 stages would exceed
+    ``max_stages``, or ``refuse_above`` (a traced count: AutoSwitch's limit on a
+    first step), is refused before its stages are computed: it returns x0 with an
+    infinite error, for the cost of the products alone.
+    """
+
+    def hvp(w):
+        return -jax.jvp(lambda x: field(x, t0), (x0,), (w,))[1]
+
+    basis = jax.lax.fori_loop(
+        0, iters - 1, lambda _, b: subspace_step(hvp, b)[2], basis
+    )
+    ritz, vectors, basis = subspace_step(hvp, basis)
+    k = vectors.shape[0] - 1
+    U, lam = vectors[:k], jnp.maximum(ritz[:k], 0.0)
+    band = jnp.maximum(jnp.maximum(ritz[k], 0.0), 0.95 * band)
+    s_needed = num_stages(h * safety * band)
+    s = jnp.clip(s_needed, 2, max_stages)
+    refused = s_needed > max_stages
+    if refuse_above is not None:
+        refused = refused | (s_needed > refuse_above)
+
+    def steps():
+        half = 0.5 * h
+        gain = half * phi(1, -half * lam)  # (h/2) φ₁(−(h/2)λ)
+        x_a = x0 + U.T @ (gain * (U @ fx0))
+        slow = _Slow(field, U)
+        fa = slow.vf(t0, x_a, None)
+        x_b = rkc_stages(slow, t0, h, x_a, fa, None, s.astype(x0.dtype))
+        f_b = field(x_b, t0 + h)
+        fb = f_b - U.T @ (U @ f_b)
+        x1 = x_b + U.T @ (gain * (U @ f_b))
+        err = 0.8 * (x_a - x_b) + 0.4 * h * (fa + fb)
+        return x1, field(x1, t0 + h), err, s + 2
+
+    def refuse():
+        return x0, fx0, jnp.full_like(x0, jnp.inf), jnp.zeros_like(s)
+
+    x1, f1, err, stage_evals = jax.lax.cond(refused, refuse, steps)
+    # the s - 1 stages and f at y_a, y_b and y1; the products of the iterations
+    evals = stage_evals + 2 * (k + 1) * iters
+    return SplitStep(x1, f1, err, ritz, basis, band, s, evals)
