@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -177,7 +178,9 @@ def solver_for(name: str):
         return solvers.RKC2()
     if name == "split":
         return solvers.SplitRKC2()
-    raise ValueError(f"solver must be default, rkc2 or split, got {name!r}")
+    if name == "auto-rkc2":  # the default before SplitRKC2 became its Chebyshev method
+        return solvers.AutoSwitch(chebyshev=solvers.RKC2())
+    raise ValueError(f"solver must be default, rkc2, split or auto-rkc2, got {name!r}")
 
 
 def spectrum_row(loss, m, t, loss_value):
@@ -266,6 +269,9 @@ def run_segments(
         tmp = state_path.with_suffix(".tmp")
         eqx.tree_serialise_leaves(tmp, model)
         tmp.replace(state_path)
+        # every segment's end is kept (44 KB each): windows start from them
+        (folder / "states").mkdir(exist_ok=True)
+        eqx.tree_serialise_leaves(folder / "states" / f"t{t_next:.3f}.eqx", model)
         log_path.with_suffix(".tmp").write_text(json.dumps(log, indent=1))
         log_path.with_suffix(".tmp").replace(log_path)
         t = t_next
@@ -300,6 +306,191 @@ def run_segments(
     }
     (OUT / f"{name}{tag}.json").write_text(json.dumps(record, indent=1))
     return record
+
+
+def compare(name: str, tags: list[str]) -> dict:
+    """The finished segmented runs ``<name><tag>`` side by side: each run's solver,
+    tolerance, steps, gradient evaluations and solving time, and the relative
+    distance between every pair's final parameters (two runs that agree bound each
+    other's error). Writes runs/stiff_spectrum/<name>_compare.json."""
+    import equinox as eqx
+
+    from gflow.analysis import flatten
+
+    _, model = problem(**VARIANTS[name])
+    runs, finals = {}, {}
+    for tag in tags:
+        folder = OUT / f"{name}{tag}"
+        log = json.loads((folder / "segments.json").read_text())
+        segs = log["segments"]
+        runs[tag] = {
+            "solver": log["solver"],
+            "rtol": log.get("rtol", 1e-6),
+            "t_reached": log["rows"][-1]["t"],
+            "num_steps": sum(s["num_steps"] for s in segs),
+            "num_rejected_steps": sum(s["num_rejected_steps"] for s in segs),
+            "grad_evals": sum(s["grad_evals"] for s in segs),
+            "solve_s": sum(s["wall_s"] for s in segs),
+            "final_loss": log["rows"][-1]["loss"],
+        }
+        m = eqx.tree_deserialise_leaves(folder / "checkpoint.eqx", model)
+        finals[tag] = np.asarray(flatten(m)[0])
+    reached = {r["t_reached"] for r in runs.values()}
+    if len(reached) != 1:
+        raise SystemExit(f"the runs end at different times {sorted(reached)}")
+    dist = {
+        f"{a} vs {b}": float(
+            np.linalg.norm(finals[a] - finals[b]) / np.linalg.norm(finals[b])
+        )
+        for i, a in enumerate(tags)
+        for b in tags[i + 1 :]
+    }
+    out = {"variant": name, "runs": runs, "relative_distance": dist}
+    (OUT / f"{name}_compare.json").write_text(json.dumps(out, indent=1))
+    for tag, r in runs.items():
+        print(tag, r)
+    for k, v in dist.items():
+        print(f"{k}: {v:.2e}")
+    return out
+
+
+def window(name: str, tag: str, t0: float, dt: float, runs: list[str]) -> dict:
+    """Solvers side by side on one window [t0, t0 + dt] of a segmented run, from its
+    state kept at t0 (``<name><tag>/states/t<t0>.eqx``), in one process: each run
+    ``solver@rtol`` (atol rtol/100) with its gradient evaluations, steps, wall time
+    (the first solve of each solver includes its compile: context only) and the
+    relative distance of its end to the last run's (list the tightest last).
+    Writes runs/stiff_spectrum/<name><tag>_window_t<t0>.json."""
+    import equinox as eqx
+
+    from gflow import solve_flow
+    from gflow.analysis import flatten
+
+    loss, model = problem(**VARIANTS[name])
+    state = OUT / f"{name}{tag}" / "states" / f"t{t0:.3f}.eqx"
+    if not state.exists():
+        raise SystemExit(f"no state at t = {t0} in {state.parent}: run it first")
+    model = eqx.tree_deserialise_leaves(state, model)
+    rows, finals = {}, {}
+    for run_name in runs:
+        solver, rtol = run_name.split("@")
+        start = time.perf_counter()
+        tr = solve_flow(
+            loss,
+            model,
+            t0=t0,
+            t1=t0 + dt,
+            ts=[t0 + dt],
+            solver=solver_for(solver),
+            rtol=float(rtol),
+            atol=float(rtol) * 1e-2,
+            max_steps=400_000,
+        )
+        rows[run_name] = {
+            "status": tr.status,
+            **tr.stats,
+            "wall_s_with_compile": time.perf_counter() - start,
+            "load_average": os.getloadavg()[0],
+            "final_loss": float(tr.metrics["loss"][-1]),
+        }
+        finals[run_name] = np.asarray(flatten(tr.final)[0])
+        print(run_name, rows[run_name], flush=True)
+    ref = finals[runs[-1]]
+    for run_name in runs:
+        rows[run_name]["distance_to_last"] = float(
+            np.linalg.norm(finals[run_name] - ref) / np.linalg.norm(ref)
+        )
+        print(f"{run_name}: {rows[run_name]['distance_to_last']:.2e} from {runs[-1]}")
+    out = {"variant": name, "tag": tag, "t0": t0, "dt": dt, "runs": rows}
+    path = OUT / f"{name}{tag}_window_t{t0:g}.json"
+    path.write_text(json.dumps(out, indent=1))
+    return out
+
+
+T20_START, T20_END = "<!-- deep_t20:start -->", "<!-- deep_t20:end -->"
+
+SOLVER_WORDS = {
+    "default": "the default (AutoSwitch: Tsit5, EXPRB32, SplitRKC2)",
+    "auto-rkc2": "the previous default (AutoSwitch with plain RKC2)",
+    "split": "SplitRKC2 alone",
+    "rkc2": "RKC2 alone",
+}
+
+
+def tsit5_bound(rows) -> float:
+    """Tsit5's least gradient evaluations over the rows' span by stability alone: its
+    step stays below 3.4/λ_max, 6 evaluations a step, so 6 ∫ λ_max dt / 3.4 (the
+    trapezoid rule on the saved spectra): an estimate, not a run."""
+    t = np.array([r["t"] for r in rows])
+    lam = np.array([r["top"][0] for r in rows])
+    return 6.0 * float(np.trapezoid(lam, t)) / 3.4
+
+
+def t20_block(name: str = "base", windows=("_t20_window_t4",)) -> str:
+    """The markdown of BENCHMARKS.md's block on the block's flow to t = 20, from the
+    segmented runs' records and the window comparisons (nothing typed by hand)."""
+    comp = json.loads((OUT / f"{name}_compare.json").read_text())
+    runs = comp["runs"]
+    first, ref = list(runs)[0], list(runs)[-1]  # compared in that order
+    rows0 = json.loads((OUT / f"{name}{first}" / "segments.json").read_text())["rows"]
+    bound = tsit5_bound(rows0)
+    lines = [
+        f'Runs: `XLA_FLAGS="--xla_cpu_multi_thread_eigen=false '
+        'intra_op_parallelism_threads=1" PYTHONPATH=$PWD taskset -c N python '
+        "experiments/stiff_spectrum.py --variants base --t1 20 --segment 0.5 "
+        "--max-steps 400000 --tag TAG --solver SOLVER --rtol RTOL` (one core each, "
+        "two at a time: solving times are runtimes beside another job, not timings), "
+        f"then `--compare {' '.join(runs)}`. Each run is 40 segments of 0.5, each a "
+        "`solve_flow` from the last one's end (a restart: the default begins each "
+        "with Tsit5 steps), atol = rtol/100. Tsit5's bound: 6 ∫ λ_max dt / 3.4 "
+        f"over the 41 spectra saved along the first run = {bound:,.0f} gradient "
+        "evaluations (its stability alone; an estimate, not a run: at 7.7 ms a "
+        f"gradient about {bound * 7.7e-3 / 3600:.0f} hours).",
+        "",
+        "| run | solver | rtol | steps (rejected) | gradient evaluations | "
+        "Tsit5's bound ÷ this | solving time | loss at t = 20 | "
+        f"distance to {ref} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for tag, r in runs.items():
+        d = comp["relative_distance"].get(f"{tag} vs {ref}")
+        dist = "—" if tag == ref else (f"{d:.1e}" if d is not None else "n/a")
+        lines.append(
+            f"| {tag} | {SOLVER_WORDS.get(r['solver'], r['solver'])} | "
+            f"{r['rtol']:g} | {r['num_steps']:,} ({r['num_rejected_steps']:,}) | "
+            f"{r['grad_evals']:,} | {bound / r['grad_evals']:.0f}× | "
+            f"{r['solve_s'] / 60:.0f} min | {r['final_loss']:.6f} | {dist} |"
+        )
+    for w in windows:
+        path = OUT / f"{name}{w}.json"
+        if not path.exists():
+            continue
+        rec = json.loads(path.read_text())
+        last = list(rec["runs"])[-1]
+        lines += [
+            "",
+            f"One window, t = {rec['t0']:g} to {rec['t0'] + rec['dt']:g}, from the "
+            f"state the first run kept at t = {rec['t0']:g}, in one process "
+            f"(`--tag {rec['tag']} --window {rec['t0']:g} {rec['dt']:g} --solvers "
+            f"{','.join(rec['runs'])}`); distances to {last}:",
+            "",
+            "| solver@rtol | steps (rejected) | gradient evaluations | distance | "
+            "load (1 min) |",
+            "|---|---|---|---|---|",
+        ]
+        for run_name, r in rec["runs"].items():
+            dist = "—" if run_name == last else f"{r['distance_to_last']:.1e}"
+            lines.append(
+                f"| {run_name} | {r['num_steps']:,} ({r['num_rejected_steps']:,}) | "
+                f"{r['grad_evals']:,} | {dist} | {r['load_average']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def write_t20_block(doc: Path = ROOT / "BENCHMARKS.md") -> None:
+    from benchmarks.quiet import replace_block
+
+    replace_block(doc, T20_START, T20_END, t20_block() + "\n")
 
 
 def plot(names, tag: str = ""):
@@ -373,7 +564,7 @@ def main():
     p.add_argument(
         "--solver",
         default="default",
-        choices=["default", "rkc2", "split"],
+        choices=["default", "rkc2", "split", "auto-rkc2"],
         help="with --segment: the solver (default: solve_flow's default)",
     )
     p.add_argument(
@@ -383,8 +574,35 @@ def main():
         help="with --segment: the tolerance (atol = rtol/100, as solve_flow's "
         "defaults 1e-6, 1e-8)",
     )
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="TAG",
+        help="compare finished segmented runs of the first variant by their tags "
+        "(costs and the distances between their final parameters), then exit",
+    )
+    p.add_argument(
+        "--window",
+        nargs=2,
+        type=float,
+        metavar=("T0", "DT"),
+        help="compare --solvers on [T0, T0 + DT] from the state a segmented run "
+        "(the first variant, --tag) kept at T0, then exit",
+    )
+    p.add_argument(
+        "--solvers",
+        default="auto-rkc2@1e-6,default@1e-6,split@1e-8,auto-rkc2@1e-8",
+        help="with --window: solver@rtol runs, the tightest last (the reference)",
+    )
     p.add_argument("--plot-only", action="store_true")
     a = p.parse_args()
+    if a.window:
+        window(a.variants[0], a.tag, *a.window, a.solvers.split(","))
+        return
+    if a.compare:
+        compare(a.variants[0], a.compare)
+        write_t20_block()
+        return
     if a.segment is not None and not a.plot_only:
         for name in a.variants:
             run_segments(

@@ -36,3 +36,55 @@ def test_ln_input_sigma_is_the_smallest_std_of_any_layernorm_input():
     assert np.isclose(ln_input_sigma(model, tokens), want, rtol=1e-9)
     # without LayerNorm there is nothing to divide by
     assert ln_input_sigma(_tiny(layernorm=False), tokens) == np.inf
+
+
+def test_tsit5_bound_is_six_evaluations_per_stable_step_over_the_saved_spectra():
+    from experiments.stiff_spectrum import tsit5_bound
+
+    # λ_max = 340 then 680 (linear in t over [0, 2]): ∫ λ dt = 1020, steps ≥ 300
+    rows = [{"t": 0.0, "top": [340.0, 1.0]}, {"t": 2.0, "top": [680.0, 2.0]}]
+    assert np.isclose(tsit5_bound(rows), 6 * 1020 / 3.4)
+
+
+def test_segmented_runs_compare_and_make_their_block(tmp_path, monkeypatch):
+    """Two hand-made finished runs: the comparison sums their segments, measures the
+    distance between their final states, and the block names both with Tsit5's
+    bound over the first run's spectra."""
+    import json
+
+    import equinox as eqx
+
+    import experiments.stiff_spectrum as ss
+
+    monkeypatch.setattr(ss, "OUT", tmp_path)
+    monkeypatch.setattr(
+        ss, "problem", lambda **kw: (None, {"w": jnp.ones(4, jnp.float64)})
+    )
+    monkeypatch.setattr(ss, "VARIANTS", {"base": {}})
+    states = {"_a": jnp.ones(4), "_b": jnp.array([1.0, 1.0, 1.0, 1.02])}
+    for tag, solver in (("_a", "auto-rkc2"), ("_b", "split")):
+        folder = tmp_path / f"base{tag}"
+        folder.mkdir()
+        seg = {
+            "num_steps": 5,
+            "num_rejected_steps": 1,
+            "grad_evals": 100,
+            "wall_s": 2.0,
+        }
+        rows = [
+            {"t": 0.0, "loss": 1.0, "top": [3400.0]},
+            {"t": 1.0, "loss": 0.5, "top": [3400.0]},
+        ]
+        log = {"solver": solver, "rtol": 1e-6, "segments": [seg, seg], "rows": rows}
+        (folder / "segments.json").write_text(json.dumps(log))
+        eqx.tree_serialise_leaves(folder / "checkpoint.eqx", {"w": states[tag]})
+    out = ss.compare("base", ["_a", "_b"])
+    assert out["runs"]["_a"]["grad_evals"] == 200
+    assert np.isclose(
+        out["relative_distance"]["_a vs _b"], 0.02 / np.linalg.norm(states["_b"])
+    )
+    block = ss.t20_block("base", windows=())
+    assert (
+        "| _a | the previous default" in block and "| 200 | 30× |" in block
+    )  # Tsit5: 6 · 3400 / 3.4 = 6000 evaluations, 30× the 200
+    assert "distance to _b" in block
