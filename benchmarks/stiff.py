@@ -2,8 +2,9 @@
 and 12).
 
 Diffrax Tsit5 + PID against gflow's default AutoSwitch (Tsit5 until its stages say
-stiff, then the exponential EXPRB32), StiffSwitch (Tsit5/RKC2), and plain RKC2, ROCK4
-and EXPRB32, all at the same rtol, in one process, each compiled once before timing;
+stiff, then the cheaper of EXPRB32 and SplitRKC2), the previous default (AutoSwitch
+with plain RKC2), StiffSwitch (Tsit5/RKC2), and plain RKC2, SplitRKC2, ROCK4 and
+EXPRB32, all at the same rtol, in one process, each compiled once before timing;
 final parameters against a float64 Dopri8 reference at rtol 1e-11 (cached in
 benchmarks/results/reference_<t1>.npy). The short horizon (t = 400, not yet stiff)
 checks that the default costs about what Tsit5 does there. Writes results/stiff.json.
@@ -19,7 +20,14 @@ import diffrax
 import numpy as np
 
 from gflow import solve_flow
-from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
+from gflow.dynamics.solvers import (
+    EXPRB32,
+    RKC2,
+    ROCK4,
+    AutoSwitch,
+    SplitRKC2,
+    StiffSwitch,
+)
 
 from .common import (
     RESULTS,
@@ -98,8 +106,10 @@ def run(
     long_solvers = [
         ("tsit5", diffrax.Tsit5()),
         ("auto", AutoSwitch()),
+        ("auto_rkc2", AutoSwitch(chebyshev=RKC2())),
         ("stiff_switch", StiffSwitch()),
         ("rkc2", RKC2()),
+        ("split_rkc2", SplitRKC2()),
         ("rock4", ROCK4()),
         ("exprb32", EXPRB32()),
     ]
@@ -107,7 +117,11 @@ def run(
     short = _rows(
         loss,
         model,
-        [("tsit5", diffrax.Tsit5()), ("auto", AutoSwitch())],
+        [
+            ("tsit5", diffrax.Tsit5()),
+            ("auto", AutoSwitch()),
+            ("auto_rkc2", AutoSwitch(chebyshev=RKC2())),
+        ],
         t1=t1_short,
         rtol=rtol,
         repeats=repeats,
