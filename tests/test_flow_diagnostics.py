@@ -196,6 +196,28 @@ def test_suggestions_for_a_wide_stiff_spectrum():
     assert suggest(d)[0].startswith("solver=RKC2()")
 
 
+def test_suggestions_for_an_outlier_over_a_band_on_rkc2_steps():
+    """RKC2 steps with λ₁ 50× above λ₂: SplitRKC2 is named first, with the ratio;
+    not where the top two are close."""
+    fields = {**_FIELDS, "solver": "RKC2", "method": "RKC2", "last_step": 0.01}
+    d = StallReport(
+        eigenvalues=(5e6, 1e5, 5e4),
+        bounds=(0.0,) * 3,
+        lanczos_iters=3,
+        suggestions=(),
+        **fields,
+    )
+    assert suggest(d)[0].startswith("solver=SplitRKC2(): λ_max = 5e+06 sits 50×")
+    close = StallReport(
+        eigenvalues=(5e6, 1e6),
+        bounds=(0.0,) * 2,
+        lanczos_iters=2,
+        suggestions=(),
+        **fields,
+    )
+    assert not any("SplitRKC2" in s for s in suggest(close))
+
+
 def test_suggestions_for_a_switch_stuck_on_explicit_steps():
     """AutoSwitch ending on Tsit5 steps at h·λ_max = 3.3: a solver that stays stiff."""
     d = StallReport(

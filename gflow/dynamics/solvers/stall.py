@@ -181,6 +181,19 @@ def suggest(report: StallReport) -> tuple[str, ...]:
             "many are stiff, while exponential steps need a Krylov space that holds "
             "them all"
         )
+    ev = report.eigenvalues
+    if (
+        report.method in ("RKC2", "StiffSwitch")
+        and len(ev) > 1
+        and ev[1] > 0
+        and ev[0] > 10 * ev[1]
+    ):
+        out.append(
+            f"solver=SplitRKC2(): λ_max = {ev[0]:.4g} sits {ev[0] / ev[1]:.0f}× "
+            f"above the next eigenvalue ({ev[1]:.4g}); RKC2's stages pay for λ_max, "
+            "SplitRKC2's only for the next one, as it takes the top direction "
+            "apart (the default's Chebyshev method)"
+        )
     if report.status == "max_steps" and report.last_step:
         remaining = max(report.t1 - report.t_reached, 0.0)
         need = report.steps + math.ceil(remaining / report.last_step)
