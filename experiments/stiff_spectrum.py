@@ -461,6 +461,8 @@ def t20_block(name: str = "base", windows=("_t20_window_t4",)) -> str:
             f"{r['grad_evals']:,} | {bound / r['grad_evals']:.0f}× | "
             f"{r['solve_s'] / 60:.0f} min | {r['final_loss']:.6f} | {dist} |"
         )
+    pairs = "; ".join(f"{k} {v:.1e}" for k, v in comp["relative_distance"].items())
+    lines += ["", f"Relative distances between the final parameters: {pairs}."]
     for w in windows:
         path = OUT / f"{name}{w}.json"
         if not path.exists():
