@@ -238,9 +238,11 @@ def solve_flow(
         solver: a Diffrax solver object; default
             ``gflow.dynamics.solvers.AutoSwitch()``: Tsit5 steps while the flow is
             not stiff (at Tsit5's cost: stiffness is read from its own stages), and
-            exponential Rosenbrock steps (EXPRB32, Lanczos on Hessian-vector
-            products) once the Hessian's λ_max limits Tsit5's steps (docs/
-            integrators.md). Pass ``diffrax.Tsit5()`` for plain Tsit5.
+            once the Hessian's λ_max limits Tsit5's steps the cheaper on the flow
+            of exponential Rosenbrock steps (EXPRB32, Lanczos on Hessian-vector
+            products) and SplitRKC2 (Chebyshev steps with the top eigendirection
+            split off) (docs/integrators.md). Pass ``diffrax.Tsit5()`` for plain
+            Tsit5.
         rtol, atol: tolerances of the default PID step-size controller (traced, so new
             values do not recompile).
         dt0: initial step; None lets the controller choose.
