@@ -439,18 +439,20 @@ def t20_block(name: str = "base", windows=("_t20_window_t4",)) -> str:
         'intra_op_parallelism_threads=1" PYTHONPATH=$PWD taskset -c N python '
         "experiments/stiff_spectrum.py --variants base --t1 20 --segment 0.5 "
         "--max-steps 400000 --tag TAG --solver SOLVER --rtol RTOL` (one core each, "
-        "two at a time: solving times are runtimes beside another job, not timings), "
+        "two at a time beside other jobs, at loads of 2-5: their solving times are "
+        "not quoted), "
         f"then `--compare {' '.join(runs)}`. Each run is 40 segments of 0.5, each a "
         "`solve_flow` from the last one's end (a restart: the default begins each "
         "with Tsit5 steps), atol = rtol/100. Tsit5's bound: 6 ∫ λ_max dt / 3.4 "
         f"over the 41 spectra saved along the first run = {bound:,.0f} gradient "
-        "evaluations (its stability alone; an estimate, not a run: at 7.7 ms a "
-        f"gradient about {bound * 7.7e-3 / 3600:.0f} hours).",
+        "evaluations (its stability alone; an estimate, not a run: at the 7.7 ms a "
+        "gradient measured quietly in the per-gradient block below, about "
+        f"{bound * 7.7e-3 / 3600:.0f} hours).",
         "",
         "| run | solver | rtol | steps (rejected) | gradient evaluations | "
-        "Tsit5's bound ÷ this | solving time | loss at t = 20 | "
+        "Tsit5's bound ÷ this | loss at t = 20 | "
         f"distance to {ref} |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for tag, r in runs.items():
         d = comp["relative_distance"].get(f"{tag} vs {ref}")
@@ -459,7 +461,7 @@ def t20_block(name: str = "base", windows=("_t20_window_t4",)) -> str:
             f"| {tag} | {SOLVER_WORDS.get(r['solver'], r['solver'])} | "
             f"{r['rtol']:g} | {r['num_steps']:,} ({r['num_rejected_steps']:,}) | "
             f"{r['grad_evals']:,} | {bound / r['grad_evals']:.0f}× | "
-            f"{r['solve_s'] / 60:.0f} min | {r['final_loss']:.6f} | {dist} |"
+            f"{r['final_loss']:.6f} | {dist} |"
         )
     pairs = "; ".join(f"{k} {v:.1e}" for k, v in comp["relative_distance"].items())
     lines += ["", f"Relative distances between the final parameters: {pairs}."]
