@@ -28,7 +28,14 @@ import numpy as np
 
 from gflow import MarkovChain, solve_flow
 from gflow.analysis import flatten
-from gflow.dynamics.solvers import EXPRB32, RKC2, ROCK4, AutoSwitch, StiffSwitch
+from gflow.dynamics.solvers import (
+    EXPRB32,
+    RKC2,
+    ROCK4,
+    AutoSwitch,
+    SplitRKC2,
+    StiffSwitch,
+)
 
 from .common import default_problem, load1, save, timed
 
@@ -191,6 +198,7 @@ def _solvers() -> dict:
         "auto": AutoSwitch(),
         "stiff_switch": StiffSwitch(),
         "rkc2": RKC2(),
+        "split_rkc2": SplitRKC2(),
         "rock4": ROCK4(),
         "exprb32": EXPRB32(),
     }
