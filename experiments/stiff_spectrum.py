@@ -612,7 +612,8 @@ def main():
         return
     if a.compare:
         compare(a.variants[0], a.compare)
-        write_t20_block()
+        if a.variants[0] == "base":
+            write_t20_block()
         return
     if a.segment is not None and not a.plot_only:
         for name in a.variants:

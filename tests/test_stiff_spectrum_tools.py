@@ -88,3 +88,53 @@ def test_segmented_runs_compare_and_make_their_block(tmp_path, monkeypatch):
         "| _a | the previous default" in block and "| 200 | 30× |" in block
     )  # Tsit5: 6 · 3400 / 3.4 = 6000 evaluations, 30× the 200
     assert "distance to _b" in block
+
+
+def test_standin_icl_row_at_the_latest_common_segment_end(tmp_path, monkeypatch):
+    """The stand-in row of the in-context block from two hand-made segmented runs,
+    one ahead of the other: it is taken at their latest common end (t = 2), counts
+    only the segments up to it, measures the distance between the states kept
+    there, and bounds GD by t·max λ_max/2 steps over the spectra up to t."""
+    import json
+
+    import equinox as eqx
+
+    import experiments.stiff_spectrum as ss
+    from benchmarks.standin_icl import block, record
+
+    monkeypatch.setattr(ss, "OUT", tmp_path)
+    monkeypatch.setattr(
+        ss, "problem", lambda **kw: (None, {"w": jnp.ones(4, jnp.float64)})
+    )
+    monkeypatch.setattr(ss, "VARIANTS", {"icl": {"data": "icl-markov"}})
+    lams = [10.0, 1e3, 4e4, 1e9]  # at t = 0, 1, 2, 3 (t = 3 only in the flow)
+    for tag, ends in (("_f", 3), ("_r", 2)):
+        folder = tmp_path / f"icl{tag}"
+        (folder / "states").mkdir(parents=True)
+        segs = [
+            {"t0": k, "t1": k + 1.0, "grad_evals": 100 * (k + 1)} for k in range(ends)
+        ]
+        rows = [{"t": float(k), "top": [lams[k]]} for k in range(ends + 1)]
+        log = {
+            "solver": "default" if tag == "_f" else "split",
+            "rtol": 1e-6 if tag == "_f" else 1e-8,
+            "segment": 1.0,
+            "settings": {"data": "icl-markov"},
+            "segments": segs,
+            "rows": rows,
+        }
+        (folder / "segments.json").write_text(json.dumps(log))
+        for k in range(1, ends + 1):
+            w = jnp.ones(4) * (1.0 + (1e-4 * k if tag == "_f" else 0.0))
+            eqx.tree_serialise_leaves(folder / "states" / f"t{k:.3f}.eqx", {"w": w})
+    rec = record("icl", "_f", "_r")
+    assert rec["t"] == 2.0
+    assert rec["flow"]["grad_evals"] == 300 and rec["reference"]["grad_evals"] == 300
+    assert np.isclose(rec["distance"], 2e-4) and rec["within_delta"]
+    assert rec["gd_bound_steps"] == 2.0 * 4e4 / 2
+    assert np.isclose(rec["ratio"], 4e4 / 300)
+    # η = 1e-3 passes 1 at t = 1 (1e3) and 2 at t = 2 (4e4); η = 1e-6 never
+    assert rec["crossings"]["0.001"] == [1.0, 2.0]
+    assert rec["crossings"]["1e-06"] == [None, None]
+    text = block(rec)
+    assert "**133× cheaper**" in text and "the issue asks for t = 50" in text
