@@ -432,6 +432,16 @@ def tsit5_bound(rows) -> float:
     return 6.0 * float(np.trapezoid(lam, t)) / 3.4
 
 
+def bare_gradient_ms() -> float:
+    """The block's bare fused gradient in ms, as benchmarks/deep_overhead.py last
+    measured it quietly (its 2-saves pass); 7.7 ms, its first measurement, where
+    that record is absent."""
+    path = ROOT / "benchmarks" / "results" / "deep_overhead.json"
+    if not path.exists():
+        return 7.7
+    return json.loads(path.read_text())["rows"]["2 saves"]["bare_fused_us"] / 1e3
+
+
 def t20_block(name: str = "base", windows=("_t20_window_t4",)) -> str:
     """The markdown of BENCHMARKS.md's block on the block's flow to t = 20, from the
     segmented runs' records and the window comparisons (nothing typed by hand)."""
@@ -440,6 +450,7 @@ def t20_block(name: str = "base", windows=("_t20_window_t4",)) -> str:
     first, ref = list(runs)[0], list(runs)[-1]  # compared in that order
     rows0 = json.loads((OUT / f"{name}{first}" / "segments.json").read_text())["rows"]
     bound = tsit5_bound(rows0)
+    grad_ms = bare_gradient_ms()
     lines = [
         f'Runs: `XLA_FLAGS="--xla_cpu_multi_thread_eigen=false '
         'intra_op_parallelism_threads=1" PYTHONPATH=$PWD taskset -c N python '
@@ -451,9 +462,9 @@ def t20_block(name: str = "base", windows=("_t20_window_t4",)) -> str:
         "`solve_flow` from the last one's end (a restart: the default begins each "
         "with Tsit5 steps), atol = rtol/100. Tsit5's bound: 6 ∫ λ_max dt / 3.4 "
         f"over the 41 spectra saved along the first run = {bound:,.0f} gradient "
-        "evaluations (its stability alone; an estimate, not a run: at the 7.7 ms a "
-        "gradient measured quietly in the per-gradient block below, about "
-        f"{bound * 7.7e-3 / 3600:.0f} hours).",
+        "evaluations (its stability alone; an estimate, not a run: at the "
+        f"{grad_ms:.1f} ms a gradient measured quietly in the per-gradient block "
+        f"below, about {bound * grad_ms / 3.6e6:.0f} hours).",
         "",
         "| run | solver | rtol | steps (rejected) | gradient evaluations | "
         "Tsit5's bound ÷ this | loss at t = 20 | "
