@@ -416,12 +416,6 @@ SOLVER_WORDS = {
     "rkc2": "RKC2 alone",
 }
 
-#: runs whose solver name no longer says which code ran them
-RUN_WORDS = {
-    "_t20new": "the default before a trial dearer than Tsit5 handed back to it "
-    "(AutoSwitch at 0cf1476)",
-}
-
 
 def tsit5_bound(rows) -> float:
     """Tsit5's least gradient evaluations over the rows' span by stability alone: its
@@ -474,9 +468,8 @@ def t20_block(name: str = "base", windows=("_t20_window_t4",)) -> str:
     for tag, r in runs.items():
         d = comp["relative_distance"].get(f"{tag} vs {ref}")
         dist = "—" if tag == ref else (f"{d:.1e}" if d is not None else "n/a")
-        words = RUN_WORDS.get(tag, SOLVER_WORDS.get(r["solver"], r["solver"]))
         lines.append(
-            f"| {tag} | {words} | "
+            f"| {tag} | {SOLVER_WORDS.get(r['solver'], r['solver'])} | "
             f"{r['rtol']:g} | {r['num_steps']:,} ({r['num_rejected_steps']:,}) | "
             f"{r['grad_evals']:,} | {bound / r['grad_evals']:.0f}× | "
             f"{r['final_loss']:.6f} | {dist} |"
