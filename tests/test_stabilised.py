@@ -370,8 +370,7 @@ def test_autoswitch_races_its_stiff_methods_by_measured_cost():
     its stability limit costs 1.8 ρ = 1800 evaluations per unit time): a trial of
     the other stiff method after race_gap stiff steps; the cheaper per unit time
     wins it (a kept incumbent doubles the gap); a stiff method dearer than Tsit5
-    first lets the other one try, and hands back to Tsit5 only after that, or as
-    soon as the trial's own steps are dearer than Tsit5 too."""
+    first lets the other one try, and hands back to Tsit5 only after that."""
     solver = AutoSwitch()
     step = jax.jit(solver._next_state)
     h, h_rho, evals = jnp.asarray(0.1), jnp.asarray(100.0), jnp.asarray(18, jnp.int32)
@@ -419,23 +418,6 @@ def test_autoswitch_races_its_stiff_methods_by_measured_cost():
         no_jump,
     )
     assert int(st.method) == TSIT5 and not bool(st.trial) and int(st.since_race) == 0
-    # a trial measured dearer than Tsit5 (10 evaluations per 0.001), as the
-    # incumbent was: Tsit5 takes over at the trial's first measured step
-    both = dict(
-        cost_evals=[18.0, 10.0],
-        cost_h=[0.001, 0.001],
-        trial=True,
-        tried_other=True,
-        steps_in_mode=solver.probation,
-    )
-    ten = jnp.asarray(10, jnp.int32)
-    st = step(_race_state(CHEBYSHEV, **both), small, small * 1000, ten, no_jump)
-    assert int(st.method) == TSIT5 and not bool(st.trial)
-    assert int(st.incumbent) == EXPONENTIAL
-    # the same trial against an incumbent cheaper than Tsit5 runs on
-    cheap = {**both, "cost_h": [0.1, 0.001]}
-    st = step(_race_state(CHEBYSHEV, **cheap), small, small * 1000, ten, no_jump)
-    assert int(st.method) == CHEBYSHEV and bool(st.trial)
 
     # Tsit5 at h ρ = switch_on after its cooldown: the incumbent takes over
     st = step(
@@ -481,27 +463,20 @@ def _moving_well_solves(*solvers):
 
 
 @pytest.mark.slow  # a choice of method, not an oracle; 5.5 s (.ci/run's slow group)
-def test_autoswitch_hands_back_to_tsit5_when_both_stiff_methods_are_dearer():
-    """On the moving well to t = 3 the flow reaches Tsit5's stability limit, where
-    EXPRB32 is held back by its error (h ρ ≈ 1.4) and the Chebyshev trial's first
-    measured steps cost 6× Tsit5's rate (RKC2: 974 evaluations per unit time
-    against 1.8 ρ = 149): the trial gives up into Tsit5 (EXPRB32 stays the
-    incumbent; before the rule the trial ran to its end and won against EXPRB32,
-    for 1 063 evaluations). The result is within 3e-5 of a tight Dopri8 reference
-    (Tsit5 ends 1.1e-5 from it), and each race's accepted steps cost within 15 %
-    of Tsit5's (measured 1 037 and 1 071 against 937); the default's within 1.1×
-    of the plain-RKC2 race's."""
-    ref, (sol, default, tsit) = _moving_well_solves(
-        AutoSwitch(chebyshev=RKC2()), AutoSwitch(), diffrax.Tsit5()
+def test_autoswitch_picks_rkc2_where_the_exponential_steps_are_held_back():
+    """On the moving well to t = 3 the race with plain RKC2 keeps RKC2, and the
+    result is within 3e-5 of a tight Dopri8 reference (Tsit5 ends 1.1e-5 from it:
+    the slow test below). The default's SplitRKC2 has no outlier to split off here
+    and pays its subspace products: EXPRB32 keeps its place there, and the default
+    costs within 1.2× of the plain-RKC2 race (measured 1 181 against 1 063)."""
+    ref, (sol, default) = _moving_well_solves(
+        AutoSwitch(chebyshev=RKC2()), AutoSwitch()
     )
-    tsit_evals = 1 + 6 * int(tsit.stats["num_accepted_steps"])  # as num_evals
-    for race in (sol, default):
-        st = race.solver_state
-        assert int(st.incumbent) == EXPONENTIAL and int(st.method) == TSIT5
-        assert int(st.num_switches) >= 3  # Tsit5 → EXPRB32 → trial → Tsit5
-        assert int(st.num_evals) < 1.15 * tsit_evals
-        assert float(jnp.abs(race.ys[-1] - ref).max()) < 3e-5
-    assert int(default.solver_state.num_evals) < 1.1 * int(sol.solver_state.num_evals)
+    st = sol.solver_state
+    assert int(st.incumbent) == CHEBYSHEV and int(st.num_switches) >= 2
+    assert float(jnp.abs(sol.ys[-1] - ref).max()) < 3e-5
+    assert int(default.solver_state.num_evals) < 1.2 * int(st.num_evals)
+    assert float(jnp.abs(default.ys[-1] - ref).max()) < 3e-5
 
 
 @pytest.mark.slow

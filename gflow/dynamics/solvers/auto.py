@@ -39,16 +39,14 @@ not change pays a few trials in all.
 Stiff steps hand back to Tsit5 where Tsit5 is cheaper: Tsit5 at its stability limit
 pays about 6/(3.3/ρ) ≈ 1.8 ρ evaluations per unit time, i.e. 1.8 h ρ for a step h, so a
 stiff step of ``e`` evaluations hands over when e > (18 / ``switch_off``)·h ρ (for
-EXPRB32: h ρ < ``switch_off`` = 10); a stiff method dearer than that first lets the
-other one try (the block's LayerNorm stiffness holds EXPRB32 there), and a trial
-whose first measured steps are dearer than Tsit5 too ends at once in Tsit5. ρ is
-kept sticky in the stiff phase (5 % decay a step), since Lanczos and power
-iteration on f miss the stiff end once f has no component along it. A switch into
-the stiff phase waits ``cooldown`` accepted Tsit5 steps after the last switch back,
-and every switch of method keeps at least ``probation`` steps. One PID controller
-drives all three; the stiff methods' error estimates are multiplied first by
-``stiff_error_scale`` (EXPRB32) and ``chebyshev_error_scale`` (the Chebyshev
-method), which calibrate their global errors to Tsit5's.
+EXPRB32: h ρ < ``switch_off`` = 10). ρ is kept sticky in the stiff phase (5 % decay a
+step), since Lanczos and power iteration on f miss the stiff end once f has no
+component along it. A switch into the stiff phase waits ``cooldown`` accepted Tsit5
+steps after the last switch back, and every switch of method keeps at least
+``probation`` steps. One PID controller drives all three; the stiff methods' error
+estimates are multiplied first by ``stiff_error_scale`` (EXPRB32) and
+``chebyshev_error_scale`` (the Chebyshev method), which calibrate their global
+errors to Tsit5's.
 """
 
 from __future__ import annotations
@@ -143,8 +141,7 @@ class AutoSwitch(diffrax.AbstractSolver):
             None: 30 for SplitRKC2, 10 for RKC2. With 10, SplitRKC2 let the
             default Markov flow to t = 3000 end 7.2e-6 from the Dopri8 reference,
             above Tsit5's 3.1e-6; with 30 at 2.0e-6 for 19 640 evaluations (plain
-            RKC2 at 10: 2.1e-6 for 21 811), and at 2.8e-6 for 19 650 once a
-            trial dearer than Tsit5 gives up (BENCHMARKS.md).
+            RKC2 at 10: 2.1e-6 for 21 811).
     """
 
     stiff: EXPRB32 = EXPRB32()
@@ -430,13 +427,8 @@ class AutoSwitch(diffrax.AbstractSolver):
         after_race = jnp.where(due, other, jnp.where(done, incumbent, st.method))
 
         # out of the stiff phase once Tsit5 is cheaper than the current method and
-        # no trial is pending, or once a trial's first measured steps are dearer
-        # than Tsit5 as the incumbent was (the trial cannot win anything Tsit5
-        # would not: the default Markov flow's brief stiffness near t = 190 paid
-        # a whole trial of SplitRKC2 for it); into it at Tsit5's stability limit
-        incumbent_dearer = rate[jnp.clip(st.incumbent - 1, 0, 1)] > tsit5_rate
-        give_up = st.trial & dearer & incumbent_dearer
-        leave = dearer & ((~st.trial & ~due) | give_up)
+        # no trial is pending; into it at Tsit5's stability limit
+        leave = dearer & ~st.trial & ~due
         enter = ~stiff_now & settled & (h_rho >= self.switch_on)
         method = jnp.where(leave, TSIT5, jnp.where(enter, incumbent, after_race))
         method = method.astype(i32)
