@@ -415,10 +415,6 @@ SOLVER_WORDS = {
     "split": "SplitRKC2 alone",
     "rkc2": "RKC2 alone",
 }
-# runs made with an earlier version of their solver, named as such in the blocks
-RUN_WORDS = {
-    "_t20new": "the default before its `tsit5_stable` hand-back (code of d75bf35)",
-}
 
 
 def tsit5_bound(rows) -> float:
@@ -472,9 +468,8 @@ def t20_block(name: str = "base", windows=("_t20_window_t4",)) -> str:
     for tag, r in runs.items():
         d = comp["relative_distance"].get(f"{tag} vs {ref}")
         dist = "—" if tag == ref else (f"{d:.1e}" if d is not None else "n/a")
-        words = RUN_WORDS.get(tag, SOLVER_WORDS.get(r["solver"], r["solver"]))
         lines.append(
-            f"| {tag} | {words} | "
+            f"| {tag} | {SOLVER_WORDS.get(r['solver'], r['solver'])} | "
             f"{r['rtol']:g} | {r['num_steps']:,} ({r['num_rejected_steps']:,}) | "
             f"{r['grad_evals']:,} | {bound / r['grad_evals']:.0f}× | "
             f"{r['final_loss']:.6f} | {dist} |"
