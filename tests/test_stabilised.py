@@ -370,8 +370,7 @@ def test_autoswitch_races_its_stiff_methods_by_measured_cost():
     its stability limit costs 1.8 ρ = 1800 evaluations per unit time): a trial of
     the other stiff method after race_gap stiff steps; the cheaper per unit time
     wins it (a kept incumbent doubles the gap); a stiff method dearer than Tsit5
-    first lets the other one try, and hands back to Tsit5 only after that, unless
-    its error holds its steps within Tsit5's stability interval (h ρ < 3.3)."""
+    first lets the other one try, and hands back to Tsit5 only after that."""
     solver = AutoSwitch()
     step = jax.jit(solver._next_state)
     h, h_rho, evals = jnp.asarray(0.1), jnp.asarray(100.0), jnp.asarray(18, jnp.int32)
@@ -405,11 +404,10 @@ def test_autoswitch_races_its_stiff_methods_by_measured_cost():
     assert int(st.method) == EXPONENTIAL and int(st.incumbent) == EXPONENTIAL
     assert int(st.race_gap) == 128 and int(st.num_switches) == 2
 
-    # EXPRB32 dearer than Tsit5 (18 evaluations per 0.005 = 3 600 > 1 800) at
-    # h ρ = 5, outside Tsit5's stability interval: RKC2 is tried first; once tried
-    # in this stiff phase, Tsit5 takes over
-    small = jnp.asarray(0.005)
-    dear = dict(cost_evals=[18.0, 10.0], cost_h=[0.005, 0.1])
+    # EXPRB32 dearer than Tsit5 (18 evaluations per 0.001 = 18 000 > 1 800): RKC2
+    # is tried first; once tried in this stiff phase, Tsit5 takes over
+    small = jnp.asarray(0.001)
+    dear = dict(cost_evals=[18.0, 10.0], cost_h=[0.001, 0.1])
     st = step(_race_state(EXPONENTIAL, **dear), small, small * 1000, evals, no_jump)
     assert int(st.method) == CHEBYSHEV and bool(st.trial)
     st = step(
@@ -420,15 +418,6 @@ def test_autoswitch_races_its_stiff_methods_by_measured_cost():
         no_jump,
     )
     assert int(st.method) == TSIT5 and not bool(st.trial) and int(st.since_race) == 0
-    # dearer with its step held by its error at h ρ = 3 (< tsit5_stable = 3.3):
-    # Tsit5 takes over at once, without a trial; at h ρ = 3.5 the trial runs
-    for hr, method in ((3.0, TSIT5), (3.5, CHEBYSHEV)):
-        h_held = jnp.asarray(hr / 1000)
-        held = dict(cost_evals=[18.0, 10.0], cost_h=[hr / 1000, 0.1])
-        st = step(
-            _race_state(EXPONENTIAL, **held), h_held, h_held * 1000, evals, no_jump
-        )
-        assert int(st.method) == method and bool(st.trial) == (method == CHEBYSHEV)
 
     # Tsit5 at h ρ = switch_on after its cooldown: the incumbent takes over
     st = step(
@@ -475,30 +464,18 @@ def _moving_well_solves(*solvers):
 
 @pytest.mark.slow  # a choice of method, not an oracle; 5.5 s (.ci/run's slow group)
 def test_autoswitch_picks_rkc2_where_the_exponential_steps_are_held_back():
-    """On the moving well to t = 3 EXPRB32's steps are held by their error within
-    Tsit5's stability interval, so the default hands back to Tsit5 without a trial
-    (measured: 1 003 evaluations, Tsit5 alone 1 026). With that rule off
-    (tsit5_stable = 0) the race runs, and with plain RKC2 it keeps RKC2 and ends
-    within 3e-5 of a tight Dopri8 reference (Tsit5 ends 1.1e-5 from it: the slow
-    test below). The SplitRKC2 race has no outlier to split off here and pays its
-    subspace products: EXPRB32 keeps its place there, and it costs within 1.2× of
-    the plain-RKC2 race (measured 1 181 against 1 063)."""
-    ref, (sol, race, default, tsit) = _moving_well_solves(
-        AutoSwitch(chebyshev=RKC2(), tsit5_stable=0.0),
-        AutoSwitch(tsit5_stable=0.0),
-        AutoSwitch(),
-        diffrax.Tsit5(),
+    """On the moving well to t = 3 the race with plain RKC2 keeps RKC2, and the
+    result is within 3e-5 of a tight Dopri8 reference (Tsit5 ends 1.1e-5 from it:
+    the slow test below). The default's SplitRKC2 has no outlier to split off here
+    and pays its subspace products: EXPRB32 keeps its place there, and the default
+    costs within 1.2× of the plain-RKC2 race (measured 1 181 against 1 063)."""
+    ref, (sol, default) = _moving_well_solves(
+        AutoSwitch(chebyshev=RKC2()), AutoSwitch()
     )
     st = sol.solver_state
     assert int(st.incumbent) == CHEBYSHEV and int(st.num_switches) >= 2
     assert float(jnp.abs(sol.ys[-1] - ref).max()) < 3e-5
-    assert int(race.solver_state.num_evals) < 1.2 * int(st.num_evals)
-    assert float(jnp.abs(race.ys[-1] - ref).max()) < 3e-5
-    # the default: no trial (incumbent still EXPRB32, one switch in, one out), and
-    # no dearer than Tsit5's 6 evaluations a step
-    dst = default.solver_state
-    assert int(dst.incumbent) == EXPONENTIAL and int(dst.num_switches) == 2
-    assert int(dst.num_evals) <= 6 * int(tsit.stats["num_steps"]) + 1
+    assert int(default.solver_state.num_evals) < 1.2 * int(st.num_evals)
     assert float(jnp.abs(default.ys[-1] - ref).max()) < 3e-5
 
 
@@ -563,8 +540,6 @@ def test_bad_settings_name_the_field():
         AutoSwitch(switch_on=0.0)
     with pytest.raises(ValueError, match="cooldown"):
         AutoSwitch(cooldown=-1)
-    with pytest.raises(ValueError, match="tsit5_stable"):
-        AutoSwitch(tsit5_stable=float("nan"))
     with pytest.raises(ValueError, match="stiff_error_scale"):
         AutoSwitch(stiff_error_scale=0.0)
     for race in ({"race_steps": 0}, {"race_every": 0}, {"race_every": 2048}):
