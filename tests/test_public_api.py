@@ -366,6 +366,7 @@ def test_text_figures_are_drawn_from_the_saved_files(tmp_path):
     assert plt.get_fignums() == []
 
 
+@pytest.mark.slow  # plot_monitor's default test is in test_figures_render.py (3.6 s)
 def test_monitor_figure_of_a_short_monitored_run(tmp_path):
     from gflow.plotting import plot_monitor
 
