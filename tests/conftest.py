@@ -22,6 +22,25 @@ if (_root := str(Path(__file__).resolve().parents[1])) not in sys.path:
 os.environ.setdefault("GFLOW_COMPILE_CACHE", "0")
 
 
+def pytest_configure(config):
+    """The default run (``-m 'not slow'``) compiles XLA programs without most of
+    XLA's optimisation passes, in this process and the ``python -m gflow``
+    processes it starts.
+
+    Its tests are small programs run once or a few times, so compiling is most of
+    their time: the default suite took 168.5 s with the passes and 129.6 s
+    without (2 cores, 2026-12-06, load 1.9 at the start; docs/testing.md). The
+    programs compute the same values (every tolerance holds either way). The
+    slow runs, whose flows run thousands of steps, keep XLA's defaults, and so
+    does a run that sets JAX_DISABLE_MOST_OPTIMIZATIONS itself.
+    """
+    user_set = "JAX_DISABLE_MOST_OPTIMIZATIONS" in os.environ
+    if user_set or config.option.markexpr.replace(" ", "") != "notslow":
+        return
+    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+    jax.config.update("jax_disable_most_optimizations", True)
+
+
 @pytest.fixture(autouse=True)
 def _float64_everywhere():
     """CLI handlers called in-process choose their own precision (`gflow text` runs
