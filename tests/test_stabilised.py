@@ -430,6 +430,58 @@ def test_autoswitch_races_its_stiff_methods_by_measured_cost():
     assert int(st.method) == CHEBYSHEV and not bool(st.tried_other)
 
 
+def test_autoswitch_enters_split_rkc2_with_a_basis_made_at_the_switch():
+    """The step that switches the flow into SplitRKC2 runs the entering subspace
+    iterations at its end point (their Ritz values are the Hessian's top two, dense
+    eigh the oracle; 2·2·10 = 40 evaluations counted), and an entering step that
+    would need more than trial_stages stages is then refused without evaluating
+    the field once; one that fits runs its stages."""
+    lam = jnp.asarray([4000.0, 300.0, 40.0, 7.0, 1.0])
+    A = jnp.diag(lam)
+    calls = []
+
+    def vf(t, y, args):
+        jax.debug.callback(lambda: calls.append(1))
+        return -A @ y
+
+    term = diffrax.ODETerm(vf)
+    solver = AutoSwitch()
+    y0 = jnp.ones(5)
+    tsit = _race_state(TSIT5, f0=-A @ y0, basis=jnp.eye(5)[:2] + 0.3, band=0.0)
+    chebyshev = _race_state(CHEBYSHEV)
+    basis, band, evals = solver._enter_split(
+        term, 0.0, y0, None, tsit, chebyshev, tsit.basis, tsit.band
+    )
+    jax.effects_barrier()
+    # 20 Jacobian-vector products: one call of the field each, counted as two
+    assert int(evals) == 40 and len(calls) == 20
+    ritz = jnp.linalg.eigvalsh(basis @ A @ basis.T)[::-1]
+    np.testing.assert_allclose(ritz, lam[:2], rtol=1e-8)
+    np.testing.assert_allclose(band, 300.0, rtol=1e-8)
+    # no switch, no evaluation
+    calls.clear()
+    _, _, evals = solver._enter_split(
+        term, 0.0, y0, None, tsit, tsit, tsit.basis, tsit.band
+    )
+    jax.effects_barrier()
+    assert int(evals) == 0 and not calls
+
+    # the entering step: refused for free where h·1.5·band needs > 32 stages
+    # (1 + √(1 + 1.54·1.5·300·h) > 32 from h ≈ 1.39), run where it fits
+    entering = _race_state(
+        CHEBYSHEV, f0=-A @ y0, basis=basis, band=band, steps_in_mode=0
+    )
+    calls.clear()
+    _, err, _, _, _ = solver.step(term, 0.0, 2.0, y0, None, entering, False)
+    jax.effects_barrier()
+    assert not calls and bool(jnp.all(jnp.isinf(err)))
+    _, err, _, new, _ = solver.step(term, 0.0, 0.01, y0, None, entering, False)
+    jax.effects_barrier()
+    assert calls and bool(jnp.all(jnp.isfinite(err)))
+    # its stages' calls and the 2 products of one subspace iteration (2 each)
+    assert int(new.num_evals) - int(entering.num_evals) == len(calls) + 2
+
+
 def _moving_well(n):
     """A gradient flow whose stiff band (n eigenvalues up to 100 e^z) follows a
     moving minimum x = cos(3z + b) while z grows: the Jacobian changes within a

@@ -70,7 +70,12 @@ from gflow.dynamics.solvers.rkc import (
     power_iteration,
     start_vector,
 )
-from gflow.dynamics.solvers.split import SplitRKC2, split_rkc2_step
+from gflow.dynamics.solvers.split import (
+    SplitRKC2,
+    SplitStep,
+    split_rkc2_step,
+    subspace_step,
+)
 from gflow.dynamics.tree import tree_norm, tree_scale
 
 TSIT5, EXPONENTIAL, CHEBYSHEV = 0, 1, 2
@@ -325,30 +330,50 @@ class AutoSwitch(diffrax.AbstractSolver):
             return y1, f1, y_error, h * rho, evals, ks, v, st.basis, st.band
 
         def split_chebyshev():
-            # the subspace iteration warm-started from the last basis; on entering
-            # (no accepted step since the switch) it is stale and takes more
-            # iterations. A first step whose stages exceed trial_stages is refused
-            # before they are computed, as RKC2's is
+            # one subspace iteration warm-started from the last basis. On entering
+            # (no accepted step since the switch) the basis and the band were
+            # computed at y0 by the step that chose the switch (``_enter_split``),
+            # so a first step whose stages would exceed trial_stages is refused
+            # before any evaluation: the controller shrinks h for free, where a
+            # subspace iteration in each refused attempt cost 40 evaluations
             x0, unravel = ravel_pytree(y0)
+            fx0 = ravel_pytree(f0)[0]
+            cheb = self.chebyshev
+            entering = st.steps_in_mode == 0
 
             def field(x, t):
                 return ravel_pytree(terms.vf(t, unravel(x), args))[0]
 
-            entering = st.steps_in_mode == 0
-            cheb = self.chebyshev
-            out = split_rkc2_step(
-                field,
-                t0,
-                h,
-                x0,
-                ravel_pytree(f0)[0],
-                st.basis,
-                st.band,
-                safety=cheb.safety,
-                max_stages=cheb.max_stages,
-                iters=jnp.where(entering, max(cheb.init_iters // 3, 1), 1),
-                refuse_above=jnp.where(entering, self.trial_stages, cheb.max_stages),
-            )
+            def attempt():
+                return split_rkc2_step(
+                    field,
+                    t0,
+                    h,
+                    x0,
+                    fx0,
+                    st.basis,
+                    st.band,
+                    safety=cheb.safety,
+                    max_stages=cheb.max_stages,
+                    refuse_above=jnp.where(
+                        entering, self.trial_stages, cheb.max_stages
+                    ),
+                )
+
+            def refuse():
+                return SplitStep(
+                    x1=x0,
+                    f1=fx0,
+                    error=jnp.full_like(x0, jnp.inf),
+                    ritz=jnp.zeros(st.basis.shape[0], x0.dtype),
+                    basis=st.basis,
+                    band=st.band,
+                    stages=jnp.zeros((), evals_int),
+                    evals=jnp.zeros((), evals_int),
+                )
+
+            too_many = num_stages(h * cheb.safety * st.band) > self.trial_stages
+            out = jax.lax.cond(entering & too_many, refuse, attempt)
             y1, f1 = unravel(out.x1), unravel(out.f1)
             y_error = tree_scale(self.chebyshev_scale, unravel(out.error))
             ks = hermite_stages(h, y0, y1, f0, f1)
@@ -360,11 +385,48 @@ class AutoSwitch(diffrax.AbstractSolver):
             st.method, (explicit, exponential, split_chebyshev if split else chebyshev)
         )
         new = self._next_state(st, h, h_rho, evals, jumped)
+        if split:
+            basis, band, more = self._enter_split(
+                terms, t1, y1, args, st, new, basis, band
+            )
+            new = eqx.tree_at(lambda s: s.num_evals, new, new.num_evals + more)
         new = eqx.tree_at(
             lambda s: (s.f0, s.v, s.basis, s.band), new, (f1, v, basis, band)
         )
         dense_info = dict(y0=y0, y1=y1, k=ks)
         return y1, y_error, dense_info, new, diffrax.RESULTS.successful
+
+    def _enter_split(self, terms, t1, y1, args, st, new, basis, band):
+        """(basis, band, evaluations) for the next step: where this step switches
+        the flow into SplitRKC2, ``init_iters // 3`` subspace iterations at y₁ from
+        the last basis (stale since the last SplitRKC2 step), so that the first
+        SplitRKC2 step knows its band before it spends an evaluation; else the
+        step's own basis and band, for no evaluations."""
+        cheb = self.chebyshev
+        iters = max(cheb.init_iters // 3, 1)
+
+        def prepare():
+            x1, unravel = ravel_pytree(y1)
+
+            def hvp(w):
+                field = lambda x: ravel_pytree(terms.vf(t1, unravel(x), args))[0]
+                return -jax.jvp(field, (x1,), (w,))[1]
+
+            def body(_, carry):
+                return subspace_step(hvp, carry[1])[::2]
+
+            k1 = basis.shape[0]
+            ritz, fresh = jax.lax.fori_loop(
+                0, iters, body, (jnp.zeros(k1, x1.dtype), basis)
+            )
+            sticky = jnp.maximum(jnp.maximum(ritz[-1], 0.0), 0.95 * band)
+            return fresh, sticky, jnp.asarray(2 * k1 * iters, jnp.int32)
+
+        def keep():
+            return basis, band, jnp.zeros((), jnp.int32)
+
+        switching_in = (new.method == CHEBYSHEV) & (st.method != CHEBYSHEV)
+        return jax.lax.cond(switching_in, prepare, keep)
 
     def _next_state(self, st, h, h_rho, evals, jumped) -> AutoState:
         """The method of the next step, the trials and their costs, after an
