@@ -28,8 +28,8 @@ def pytest_configure(config):
     processes it starts.
 
     Its tests are small programs run once or a few times, so compiling is most of
-    their time: the default suite took 168.5 s with the passes and 129.6 s
-    without (2 cores, 2026-12-06, load 1.9 at the start; docs/testing.md). The
+    their time: the default suite took 183.6 s with the passes and 132.2 s
+    without (2 cores, 2026-12-06, load 0.2-0.3 at the start; docs/testing.md). The
     programs compute the same values (every tolerance holds either way). The
     slow runs, whose flows run thousands of steps, keep XLA's defaults, and so
     does a run that sets JAX_DISABLE_MOST_OPTIMIZATIONS itself.
