@@ -74,7 +74,7 @@ from gflow.dynamics.solvers.split import (
     SplitRKC2,
     SplitStep,
     split_rkc2_step,
-    subspace_step,
+    subspace_iterations,
 )
 from gflow.dynamics.tree import tree_norm, tree_scale
 
@@ -408,19 +408,12 @@ class AutoSwitch(diffrax.AbstractSolver):
         def prepare():
             x1, unravel = ravel_pytree(y1)
 
-            def hvp(w):
-                field = lambda x: ravel_pytree(terms.vf(t1, unravel(x), args))[0]
-                return -jax.jvp(field, (x1,), (w,))[1]
+            def field(x, t):
+                return ravel_pytree(terms.vf(t, unravel(x), args))[0]
 
-            def body(_, carry):
-                return subspace_step(hvp, carry[1])[::2]
-
-            k1 = basis.shape[0]
-            ritz, fresh = jax.lax.fori_loop(
-                0, iters, body, (jnp.zeros(k1, x1.dtype), basis)
-            )
+            ritz, fresh = subspace_iterations(field, t1, x1, basis, iters)
             sticky = jnp.maximum(jnp.maximum(ritz[-1], 0.0), 0.95 * band)
-            return fresh, sticky, jnp.asarray(2 * k1 * iters, jnp.int32)
+            return fresh, sticky, jnp.asarray(2 * basis.shape[0] * iters, jnp.int32)
 
         def keep():
             return basis, band, jnp.zeros((), jnp.int32)

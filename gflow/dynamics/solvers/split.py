@@ -99,6 +99,24 @@ def subspace_step(hvp, basis: Float[Array, "k1 n"]):
     return theta, ritz_vectors, nxt.T
 
 
+def subspace_iterations(field, t, x, basis: Float[Array, "k1 n"], iters):
+    """``iters`` subspace iterations (``subspace_step``) on the Hessian of the flat
+    gradient-flow field ``field(x, t)`` at x, −∂field/∂x, from ``basis``.
+
+    Returns (Ritz values descending, the next basis), from len(basis)·iters
+    Hessian-vector products.
+    """
+
+    def hvp(w):
+        return -jax.jvp(lambda z: field(z, t), (x,), (w,))[1]
+
+    def body(_, carry):
+        return subspace_step(hvp, carry[1])[::2]
+
+    start = (jnp.zeros(basis.shape[0], x.dtype), basis)
+    return jax.lax.fori_loop(0, iters, body, start)
+
+
 class SplitRKC2(diffrax.AbstractSolver):
     """RKC2 with the Hessian's ``outliers`` top eigendirections split off and
     integrated by exponential half steps (Strang splitting); second order.
@@ -159,16 +177,7 @@ class SplitRKC2(diffrax.AbstractSolver):
         k1 = min(self.outliers + 1, x0.size)
         start = jax.random.normal(jax.random.key(0), (k1, x0.size), x0.dtype)
         basis = jnp.linalg.qr(start.T)[0].T
-
-        def hvp(w):
-            return -jax.jvp(lambda x: field(x, t0), (x0,), (w,))[1]
-
-        def body(_, carry):
-            return subspace_step(hvp, carry[1])[::2]
-
-        ritz, basis = jax.lax.fori_loop(
-            0, self.init_iters, body, (jnp.zeros(k1, x0.dtype), basis)
-        )
+        ritz, basis = subspace_iterations(field, t0, x0, basis, self.init_iters)
         return SplitState(
             f0=terms.vf(t0, y0, args),
             basis=basis,
