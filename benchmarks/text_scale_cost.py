@@ -1,0 +1,164 @@
+"""What one gradient of the fair test's text loss costs, and what that allows in 30
+minutes (issue 31, point 4).
+
+The fair text test's isolated mode (docs/integrators.md, "A text flow at the scale
+of the fair test") flows the one-layer model on 10⁴ windows of TinyStories (BPE
+4000, d = 3 763 types, context 32, width 32, float64) to t = 1000 and needs 19 563
+gradient evaluations (its Krylov products counted as two each). This benchmark
+times, in one process, the pieces that cost sets:
+
+- ``grad``: the gradient of ``gflow.text.TextLoss`` (the gathered form, which
+  TextLoss picks at d > 8 s), as the flow's vector field evaluates it;
+- ``hvp``: one Hessian-vector product (``jax.jvp`` of that gradient), as the
+  exponential and Chebyshev steps evaluate them (counted as two evaluations);
+- ``head``: the gradient of the output layer alone, cross-entropy of O·W_P over
+  the d types (three [n, m]×[m, d] products, the floor of any form of this loss);
+- ``product``: one [n, m]×[m, d] product, reduced to a scalar inside the program
+  (its result never leaves XLA).
+
+From these it projects the flow's time: 19 563 evaluations at one gradient's cost
+each, and at the cost of EXPRB32's mix (a step of 18 evaluations is 2 gradients
+and 8 Hessian-vector products), against the 30 minutes of the issue.
+
+Windows are drawn at random from a Zipf law over d types, since the cost depends
+only on the shapes (n, s, d, m), not on which tokens they hold. Every program is
+compiled once before timing; compile and run are timed separately; each time is
+the minimum of ``--repeats`` calls, with the median beside it; the 1-minute load is
+recorded at the start and the end.
+
+Command:  PYTHONPATH=$PWD python -m benchmarks.text_scale_cost [--windows 10000]
+Runtime:  about 1 min on 2 cores.
+Writes:   benchmarks/results/text_scale_cost.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import jax
+
+if __name__ == "__main__":
+    jax.config.update("jax_enable_x64", True)
+
+import equinox as eqx  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from gflow import AttentionModel  # noqa: E402
+from gflow.text import TextLoss  # noqa: E402
+
+from .common import save  # noqa: E402
+
+#: The flow of the fair test's isolated mode to t = 1000 (docs/integrators.md).
+FLOW_EVALS = 19_563
+#: The issue's budget for that flow.
+BUDGET_S = 30 * 60
+
+
+def _time(fn, args, repeats: int) -> dict:
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
+    jax.block_until_ready(compiled(*args))
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        runs.append(time.perf_counter() - t0)
+    return {
+        "compile_s": compile_s,
+        "min_s": float(min(runs)),
+        "median_s": float(np.median(runs)),
+    }
+
+
+def run(*, windows: int, vocab: int, context: int, width: int, repeats: int) -> dict:
+    rng = np.random.default_rng(0)
+    p_tok = 1.0 / np.arange(1, vocab + 1)
+    tokens = rng.choice(vocab, size=(windows, context + 1), p=p_tok / p_tok.sum())
+    model = AttentionModel.init(
+        d_vocab=vocab, d_model=width, init_scale=1e-3, key=jax.random.key(0)
+    )
+    loss = TextLoss(tokens, d_vocab=vocab)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+
+    def field(p):
+        return jax.grad(lambda q: loss(eqx.combine(q, static)))(p)
+
+    def hvp(p, v):
+        return jax.jvp(field, (p,), (v,))[1]
+
+    target = jnp.asarray(tokens[:, -1])
+    out = jnp.asarray(rng.standard_normal((windows, width)) * 1e-3)
+
+    def head(o, w_p):
+        logp = jax.nn.log_softmax(o @ w_p, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, target[:, None], axis=-1))
+
+    load0 = os.getloadavg()[0]
+    rows = {
+        "grad": _time(field, (params,), repeats),
+        "hvp": _time(hvp, (params, field(params)), repeats),
+        "head": _time(jax.grad(head, (0, 1)), (out, model.W_P), repeats),
+        "product": _time(lambda o, w: jnp.sum(o @ w), (out, model.W_P), repeats),
+    }
+    load1 = os.getloadavg()[0]
+    grad_s = rows["grad"]["min_s"]
+    # an EXPRB32 step, the incumbent through most of that flow, counts 18
+    # evaluations: 2 gradients and 8 Hessian-vector products (two evaluations each)
+    per_eval_s = (2 * grad_s + 8 * rows["hvp"]["min_s"]) / 18
+    result = {
+        "shape": {
+            "windows": windows,
+            "vocab": vocab,
+            "context": context,
+            "width": width,
+            "dtype": "float64",
+        },
+        "repeats": repeats,
+        "load_start": load0,
+        "load_end": load1,
+        "rows": rows,
+        "hvp_over_grad": rows["hvp"]["min_s"] / grad_s,
+        "head_over_grad": rows["head"]["min_s"] / grad_s,
+        "product_gflops": 2 * windows * width * vocab / rows["product"]["min_s"] / 1e9,
+        "gradients_in_budget": int(BUDGET_S // grad_s),
+        "flow_evals": FLOW_EVALS,
+        "flow_s_at_grad_cost": FLOW_EVALS * grad_s,
+        "flow_s_mixed": FLOW_EVALS * per_eval_s,
+    }
+    return result
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--windows", type=int, default=10_000)
+    p.add_argument("--vocab", type=int, default=3_763)
+    p.add_argument("--context", type=int, default=32)
+    p.add_argument("--width", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=7)
+    args = p.parse_args(argv)
+    if min(args.windows, args.vocab, args.context, args.width, args.repeats) < 1:
+        p.error("--windows, --vocab, --context, --width and --repeats must be >= 1")
+    result = run(**vars(args))
+    for name, row in result["rows"].items():
+        print(
+            f"{name:8s} {1e3 * row['min_s']:8.1f} ms (median "
+            f"{1e3 * row['median_s']:.1f}; compile {row['compile_s']:.1f} s)"
+        )
+    print(
+        f"hvp/grad {result['hvp_over_grad']:.2f}, head/grad "
+        f"{result['head_over_grad']:.2f}, product {result['product_gflops']:.1f} "
+        f"GFLOP/s; {result['gradients_in_budget']} gradients in 30 min; the flow's "
+        f"{FLOW_EVALS} evaluations: {result['flow_s_at_grad_cost'] / 60:.0f} min at "
+        f"one gradient each, {result['flow_s_mixed'] / 60:.0f} min with the Krylov "
+        f"products at their cost; load {result['load_start']:.2f}-"
+        f"{result['load_end']:.2f}"
+    )
+    save("text_scale_cost", result)
+
+
+if __name__ == "__main__":
+    main()

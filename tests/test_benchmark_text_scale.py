@@ -1,0 +1,23 @@
+"""The text-scale cost benchmark: its projection is the arithmetic it states, and
+bad shapes end in a usage error."""
+
+import pytest
+
+from benchmarks import text_scale_cost as tsc
+
+
+def test_projection_follows_the_measured_costs():
+    r = tsc.run(windows=16, vocab=40, context=4, width=4, repeats=1)
+    assert set(r["rows"]) == {"grad", "hvp", "head", "product"}
+    g, h = r["rows"]["grad"]["min_s"], r["rows"]["hvp"]["min_s"]
+    assert all(row["min_s"] > 0 for row in r["rows"].values())
+    assert r["gradients_in_budget"] == int(30 * 60 // g)
+    assert r["flow_s_at_grad_cost"] == pytest.approx(tsc.FLOW_EVALS * g)
+    assert r["flow_s_mixed"] == pytest.approx(tsc.FLOW_EVALS * (2 * g + 8 * h) / 18)
+    assert r["hvp_over_grad"] == pytest.approx(h / g)
+
+
+def test_a_shape_below_one_is_a_usage_error():
+    with pytest.raises(SystemExit) as e:
+        tsc.main(["--windows", "0"])
+    assert e.value.code == 2
