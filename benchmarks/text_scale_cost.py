@@ -14,7 +14,11 @@ times, in one process, the pieces that cost sets:
 - ``head``: the gradient of the output layer alone, cross-entropy of O·W_P over
   the d types (three [n, m]×[m, d] products, the floor of any form of this loss);
 - ``product``: one [n, m]×[m, d] product, reduced to a scalar inside the program
-  (its result never leaves XLA).
+  (its result never leaves XLA);
+- ``softmax``: that product and one pass of the row-wise log-sum-exp over its
+  [n, d] result, reduced to a scalar. A perfectly fused gradient of the output
+  layer needs at least this and two more products: ``softmax + 2·product`` is
+  reported as its floor (``head_floor_s``).
 
 From these it projects the flow's time: 19 563 evaluations at one gradient's cost
 each, and at the cost of EXPRB32's mix (a step of 18 evaluations is 2 gradients
@@ -97,12 +101,18 @@ def run(*, windows: int, vocab: int, context: int, width: int, repeats: int) -> 
         logp = jax.nn.log_softmax(o @ w_p, axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, target[:, None], axis=-1))
 
+    def softmax(o, w_p):
+        z = o @ w_p
+        top = jnp.max(z, axis=-1, keepdims=True)
+        return jnp.sum(jnp.log(jnp.sum(jnp.exp(z - top), axis=-1)) + top[:, 0])
+
     load0 = os.getloadavg()[0]
     rows = {
         "grad": _time(field, (params,), repeats),
         "hvp": _time(hvp, (params, field(params)), repeats),
         "head": _time(jax.grad(head, (0, 1)), (out, model.W_P), repeats),
         "product": _time(lambda o, w: jnp.sum(o @ w), (out, model.W_P), repeats),
+        "softmax": _time(softmax, (out, model.W_P), repeats),
     }
     load1 = os.getloadavg()[0]
     grad_s = rows["grad"]["min_s"]
@@ -123,6 +133,7 @@ def run(*, windows: int, vocab: int, context: int, width: int, repeats: int) -> 
         "rows": rows,
         "hvp_over_grad": rows["hvp"]["min_s"] / grad_s,
         "head_over_grad": rows["head"]["min_s"] / grad_s,
+        "head_floor_s": rows["softmax"]["min_s"] + 2 * rows["product"]["min_s"],
         "product_gflops": 2 * windows * width * vocab / rows["product"]["min_s"] / 1e9,
         "gradients_in_budget": int(BUDGET_S // grad_s),
         "flow_evals": FLOW_EVALS,
@@ -150,7 +161,9 @@ def main(argv=None) -> None:
         )
     print(
         f"hvp/grad {result['hvp_over_grad']:.2f}, head/grad "
-        f"{result['head_over_grad']:.2f}, product {result['product_gflops']:.1f} "
+        f"{result['head_over_grad']:.2f}, output-layer floor "
+        f"{1e3 * result['head_floor_s']:.0f} ms, product "
+        f"{result['product_gflops']:.1f} "
         f"GFLOP/s; {result['gradients_in_budget']} gradients in 30 min; the flow's "
         f"{FLOW_EVALS} evaluations: {result['flow_s_at_grad_cost'] / 60:.0f} min at "
         f"one gradient each, {result['flow_s_mixed'] / 60:.0f} min with the Krylov "
