@@ -2,7 +2,8 @@
 
 Public names, by concept: the one-layer ``AttentionModel`` and the deep
 ``Transformer``; Markov chains and streams of their sequences; the population and
-sequence losses.
+sequence losses (and the blocked cross-entropy of an output layer that they use
+at text vocabularies).
 """
 
 # Models
@@ -30,6 +31,7 @@ from gflow.problems.losses import population_attention as population_attention
 from gflow.problems.losses import population_logits as population_logits
 from gflow.problems.losses import population_loss as population_loss
 from gflow.problems.losses import sequence_loss as sequence_loss
+from gflow.problems.cross_entropy import head_cross_entropy as head_cross_entropy
 
 __all__ = [
     "AttentionModel",
@@ -42,6 +44,7 @@ __all__ = [
     "SequenceLoss",
     "StrategyLosses",
     "Transformer",
+    "head_cross_entropy",
     "population_attention",
     "population_logits",
     "population_loss",

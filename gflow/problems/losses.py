@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PyTree, Real
 
+from gflow.problems.cross_entropy import head_cross_entropy
 from gflow.problems.markov import MarkovChain
 from gflow.problems.model import AttentionModel
 
@@ -127,6 +128,13 @@ def population_loss(model: AttentionModel, chain: MarkovChain) -> Float[Array, "
     pi = jnp.asarray(chain.pi, dtype=dtype)
     logp = jax.nn.log_softmax(population_logits(model, pi), axis=-1)
     return -jnp.sum(pi[:, None] * P * logp)
+
+
+#: From this vocabulary on, the gathered last-token loss of an ``AttentionModel``
+#: takes its output layer by row blocks (``gflow.problems.cross_entropy``): text
+#: vocabularies, where the [n, d] logits dominate a gradient. Below it the plain
+#: form is kept (Markov chains, d of a few to a few tens).
+BLOCKED_MIN_VOCAB = 256
 
 
 def _use_dense(model: AttentionModel, dense: bool | None) -> bool:
@@ -257,6 +265,8 @@ def _sequence_loss(model, tokens, *, all_positions, dense):
     if all_positions:
         logits = jax.vmap(lambda c: _causal_logits_gathered(model, c))(context)
         return jnp.mean(_cross_entropy(logits, tokens[:, 1:]))
+    if model.d_vocab >= BLOCKED_MIN_VOCAB:
+        return head_cross_entropy(jax.vmap(model.features)(context), model.W_P, target)
     return jnp.mean(_cross_entropy(jax.vmap(model)(context), target))
 
 

@@ -164,8 +164,9 @@ class AttentionModel(eqx.Module):
             out = out + emb
         return out @ self.W_P
 
-    def __call__(self, context: Int[Array, " s"]) -> Float[Array, " d"]:
-        """Logits for the token after ``context`` from gathered embeddings (§2)."""
+    def features(self, context: Int[Array, " s"]) -> Float[Array, " m"]:
+        """The last position's output before W_P (attention, plus the query on the
+        residual stream): ``self(context) == self.features(context) @ self.W_P``."""
         emb = self.W_E[context]  # [s, m]
         query = emb[-1]  # [m]
         scores = self.tau * (query @ self.W_A) @ emb.T  # [s]
@@ -173,4 +174,8 @@ class AttentionModel(eqx.Module):
         out = attn @ emb  # [m]
         if self.residual:
             out = out + query
-        return out @ self.W_P
+        return out
+
+    def __call__(self, context: Int[Array, " s"]) -> Float[Array, " d"]:
+        """Logits for the token after ``context`` from gathered embeddings (§2)."""
+        return self.features(context) @ self.W_P
