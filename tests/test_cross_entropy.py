@@ -11,6 +11,7 @@ import pytest
 import gflow.problems.losses as losses
 from gflow import AttentionModel, sequence_loss
 from gflow.problems import head_cross_entropy
+from gflow.text import PositionalAttentionModel, text_loss
 
 
 def _plain(h, w, target):
@@ -104,3 +105,36 @@ def test_sequence_loss_takes_the_blocked_form_at_text_vocabularies(monkeypatch):
     # the features are the logits before W_P
     ctx = jnp.asarray(tokens[0, :-1])
     np.testing.assert_allclose(model.features(ctx) @ model.W_P, model(ctx), rtol=1e-14)
+
+
+def test_text_loss_of_the_positional_model_takes_the_blocked_form():
+    d = losses.BLOCKED_MIN_VOCAB
+    model = PositionalAttentionModel.init(
+        d_vocab=d, d_model=4, context_length=6, init_scale=0.5, key=jax.random.key(1)
+    )
+    tokens = jnp.asarray(np.random.default_rng(4).integers(0, d, (19, 7)))
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+
+    def blocked(p):
+        return text_loss(eqx.combine(p, static), tokens)
+
+    def plain(p):  # an independent recomputation from the model's logits
+        logits = jax.vmap(eqx.combine(p, static))(tokens[:, :-1])
+        return _plain_logits(logits, tokens[:, -1])
+
+    # the blocked pass is a custom JVP; the plain form has none
+    assert "custom_jvp_call" in str(jax.make_jaxpr(blocked)(params))
+    assert "custom_jvp_call" not in str(jax.make_jaxpr(plain)(params))
+    np.testing.assert_allclose(blocked(params), plain(params), rtol=1e-14)
+    g_b, g_p = jax.grad(blocked)(params), jax.grad(plain)(params)
+    for a, b in zip(jax.tree.leaves(g_b), jax.tree.leaves(g_p)):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-15)
+    ctx = tokens[0, :-1]
+    np.testing.assert_allclose(
+        model.features(ctx) @ model.base.W_P, model(ctx), rtol=1e-14
+    )
+
+
+def _plain_logits(logits, target):
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, target[:, None], axis=-1))

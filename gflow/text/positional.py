@@ -15,7 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from gflow.problems.losses import check_token_ids, nan_unless_valid, sequence_loss
+from gflow.problems.cross_entropy import head_cross_entropy
+from gflow.problems.losses import (
+    BLOCKED_MIN_VOCAB,
+    check_token_ids,
+    nan_unless_valid,
+    sequence_loss,
+)
 from gflow.problems.model import AttentionModel
 from gflow.problems.transformer import Transformer
 from gflow.text.counts import counts_loss, window_log_counts
@@ -77,12 +83,17 @@ class PositionalAttentionModel(eqx.Module):
         """Singular values of W_A, decreasing, as one layer with one head."""
         return self.base.attention_singular_values()
 
-    def __call__(self, context: Int[Array, " s"]) -> Float[Array, " d"]:
+    def features(self, context: Int[Array, " s"]) -> Float[Array, " m"]:
+        """The last position's output before W_P: ``self(context) ==
+        self.features(context) @ self.base.W_P``."""
         emb = self.embed(context)
         out = self.attention(context) @ emb  # [m]
         if self.base.residual:
             out = out + emb[-1]
-        return out @ self.base.W_P
+        return out
+
+    def __call__(self, context: Int[Array, " s"]) -> Float[Array, " d"]:
+        return self.features(context) @ self.base.W_P
 
     def causal_logits(self, context: Int[Array, " s"]) -> Float[Array, "s d"]:
         """Logits at every position; position i attends to positions ≤ i."""
@@ -127,6 +138,12 @@ def text_loss(
     if all_positions:
         logits = jax.vmap(model.causal_logits)(context)
         loss = jnp.mean(_cross_entropy(logits, tokens[:, 1:]))
+    elif (
+        isinstance(model, PositionalAttentionModel)
+        and model.d_vocab >= BLOCKED_MIN_VOCAB
+    ):  # the output layer by row blocks, as sequence_loss does
+        hidden = jax.vmap(model.features)(context)
+        loss = head_cross_entropy(hidden, model.base.W_P, tokens[:, -1])
     else:
         loss = jnp.mean(_cross_entropy(jax.vmap(model)(context), tokens[:, -1]))
     return nan_unless_valid(loss, tokens, model.d_vocab)
