@@ -6,6 +6,7 @@ import pytest
 from benchmarks import text_scale_cost as tsc
 
 
+@pytest.mark.slow  # compiles six programs: about 5 s
 def test_projection_follows_the_measured_costs():
     r = tsc.run(windows=16, vocab=40, context=4, width=4, repeats=1)
     assert set(r["rows"]) == {

@@ -27,7 +27,7 @@ def _problem(n=37, m=5, d=11, seed=0):
     return h, w, target
 
 
-@pytest.mark.parametrize("rows", [1, 8, 37, 100])
+@pytest.mark.parametrize("rows", [8, 100])  # 37 rows: a short last block; one block
 def test_value_gradient_and_hvp_match_the_plain_form(rows):
     h, w, target = _problem()
 
@@ -82,8 +82,8 @@ def test_sequence_loss_takes_the_blocked_form_at_text_vocabularies(monkeypatch):
     params, static = eqx.partition(model, eqx.is_inexact_array)
 
     def value_and_grad():
-        return jax.value_and_grad(
-            lambda p: sequence_loss(eqx.combine(p, static), tokens)
+        return jax.jit(
+            jax.value_and_grad(lambda p: sequence_loss(eqx.combine(p, static), tokens))
         )(params)
 
     calls = []
@@ -125,8 +125,10 @@ def test_text_loss_of_the_positional_model_takes_the_blocked_form():
     # the blocked pass is a custom JVP; the plain form has none
     assert "custom_jvp_call" in str(jax.make_jaxpr(blocked)(params))
     assert "custom_jvp_call" not in str(jax.make_jaxpr(plain)(params))
-    np.testing.assert_allclose(blocked(params), plain(params), rtol=1e-14)
-    g_b, g_p = jax.grad(blocked)(params), jax.grad(plain)(params)
+    np.testing.assert_allclose(
+        jax.jit(blocked)(params), jax.jit(plain)(params), rtol=1e-14
+    )
+    g_b, g_p = jax.jit(jax.grad(blocked))(params), jax.jit(jax.grad(plain))(params)
     for a, b in zip(jax.tree.leaves(g_b), jax.tree.leaves(g_p)):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-15)
     ctx = tokens[0, :-1]
