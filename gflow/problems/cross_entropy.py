@@ -23,8 +23,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-#: Rows per block: [rows, d] temporaries (15 MB at d = 3 763 in float64). Timed at
-#: d = 3 763, n = 10⁴: 100-1 000 rows cost within 10 % of each other.
+#: Rows per block: a block's [rows, d] temporaries stay small (15 MB at d = 3 763 in
+#: float64, against 300 MB for all 10⁴ windows) while each product keeps hundreds
+#: of rows. Not tuned per machine.
 BLOCK_ROWS = 512
 
 
