@@ -2,9 +2,10 @@
 
 For text vocabularies the last layer dominates a gradient: logits z = h W_P of
 shape [n, d] for n windows and d types. Written plainly (``log_softmax`` then a
-gather), XLA keeps several [n, d] temporaries alive, and at the fair test's scale
-(10⁴ windows, d = 3 763, float64: 300 MB each) allocating and touching them costs
-more than the products themselves (``benchmarks/text_scale_cost.py``).
+gather), XLA keeps several [n, d] temporaries alive (300 MB each at the fair
+test's 10⁴ windows, d = 3 763, float64), and there the output layer's gradient
+takes about three times as long as its three [n, m]×[m, d] products
+(``benchmarks/text_scale_cost.py``).
 
 Here the loss and its gradient are computed together, a block of rows at a time:
 for a block, z = h_b W_P, the log-sum-exp, g = softmax(z) − onehot(target), and
