@@ -265,8 +265,15 @@ def _sequence_loss(model, tokens, *, all_positions, dense):
     if all_positions:
         logits = jax.vmap(lambda c: _causal_logits_gathered(model, c))(context)
         return jnp.mean(_cross_entropy(logits, tokens[:, 1:]))
-    if model.d_vocab >= BLOCKED_MIN_VOCAB:
-        return head_cross_entropy(jax.vmap(model.features)(context), model.W_P, target)
+    return last_token_loss(model, model.W_P, context, target)
+
+
+def last_token_loss(model, W_P, context, target) -> Float[Array, ""]:
+    """Mean last-token cross-entropy of a one-layer model whose logits are
+    ``model.features(context) @ W_P``: its output layer by row blocks from
+    ``BLOCKED_MIN_VOCAB`` on (``head_cross_entropy``), plainly below."""
+    if W_P.shape[1] >= BLOCKED_MIN_VOCAB:
+        return head_cross_entropy(jax.vmap(model.features)(context), W_P, target)
     return jnp.mean(_cross_entropy(jax.vmap(model)(context), target))
 
 

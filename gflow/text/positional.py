@@ -15,10 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from gflow.problems.cross_entropy import head_cross_entropy
 from gflow.problems.losses import (
-    BLOCKED_MIN_VOCAB,
     check_token_ids,
+    last_token_loss,
     nan_unless_valid,
     sequence_loss,
 )
@@ -138,12 +137,8 @@ def text_loss(
     if all_positions:
         logits = jax.vmap(model.causal_logits)(context)
         loss = jnp.mean(_cross_entropy(logits, tokens[:, 1:]))
-    elif (
-        isinstance(model, PositionalAttentionModel)
-        and model.d_vocab >= BLOCKED_MIN_VOCAB
-    ):  # the output layer by row blocks, as sequence_loss does
-        hidden = jax.vmap(model.features)(context)
-        loss = head_cross_entropy(hidden, model.base.W_P, tokens[:, -1])
+    elif isinstance(model, PositionalAttentionModel):
+        loss = last_token_loss(model, model.base.W_P, context, tokens[:, -1])
     else:
         loss = jnp.mean(_cross_entropy(jax.vmap(model)(context), tokens[:, -1]))
     return nan_unless_valid(loss, tokens, model.d_vocab)
