@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pytest
@@ -124,6 +125,50 @@ def test_out_that_is_a_file_is_refused_by_every_command(tmp_path, capsys, argv):
     assert main([*argv, "--out", str(file / "sub")]) == 2
     _one_error_line(capsys, "argument --out:", "not a directory")
     assert file.read_text() == "keep me"
+
+
+_EVERY_RUN_COMMAND = [["flow"], ["sweep"], ["compare"], ["train"], ["text"]]
+
+
+def _corpus_args(argv, tmp_path):
+    if argv[0] != "text":
+        return argv
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat. " * 50)
+    return [*argv, "--corpus", str(corpus)]
+
+
+@pytest.mark.parametrize("argv", _EVERY_RUN_COMMAND, ids=lambda argv: argv[0])
+def test_run_directory_that_cannot_be_locked_is_one_line(tmp_path, capsys, argv):
+    """An OSError from making or locking the run directory (here its lock file's
+    place taken by a folder: fails even as root) used to end in a traceback."""
+    argv = _corpus_args(argv, tmp_path)
+    out = tmp_path / "run"
+    (out / ".gflow.lock").mkdir(parents=True)
+    assert main([*argv, "--out", str(out)]) == 2
+    line = _one_error_line(capsys, f"gflow {argv[0]}: error: --out {out}:")
+    assert "Is a directory" in line and "Traceback" not in line
+    assert [p.name for p in out.iterdir()] == [".gflow.lock"]  # nothing written
+
+
+@pytest.mark.parametrize("argv", _EVERY_RUN_COMMAND, ids=lambda argv: argv[0])
+def test_run_directory_name_too_long_is_one_line(tmp_path, capsys, argv):
+    """A name the file system refuses (ENAMETOOLONG) ended in a traceback while the
+    options were parsed."""
+    argv = _corpus_args(argv, tmp_path)
+    out = tmp_path / ("r" * 300)
+    assert main([*argv, "--out", str(out)]) == 2
+    _one_error_line(capsys, f"gflow {argv[0]}: error: argument --out:", "too long")
+    assert not os.path.lexists(out)
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="no sysfs here")
+def test_out_under_sys_is_one_line(capsys):
+    """Issue 56's case: as root ``os.access`` passes /sys, and making the directory
+    there ended in a PermissionError traceback."""
+    assert main(["flow", "--out", "/sys/gflow-run"]) == 2
+    _one_error_line(capsys, "gflow flow: error:", "--out", "/sys")
+    assert not os.path.lexists("/sys/gflow-run")
 
 
 def test_report_out_that_is_a_directory_is_refused(tmp_path, capsys):

@@ -26,12 +26,22 @@ def floats(text: str) -> tuple[float, ...]:
 
 def _writable_place(text: str, kind: str) -> Path:
     """``Path(text)`` if a ``kind`` ("directory" or "file") can be made there, else
-    ArgumentTypeError saying why and what would do."""
+    ArgumentTypeError saying why and what would do: a path the system refuses to
+    look at (a name too long, a loop of links) included."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a {kind} path, got {text!r}")
+    try:
+        return _checked_place(Path(text), kind)
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise argparse.ArgumentTypeError(
+            f"cannot use {text} ({why}); give another {kind} path"
+        ) from None
+
+
+def _checked_place(path: Path, kind: str) -> Path:
     import stat
 
-    path = Path(text)
     if os.path.lexists(path):  # a dangling link is in the way as well
         if kind == "directory" and not path.is_dir():
             raise argparse.ArgumentTypeError(

@@ -103,7 +103,12 @@ def execute(job: AbstractJob, args, figures: Figures | None = None) -> int:
     start = time.perf_counter()
     if context.main and not request.resumed:
         directory.accept(job.command, cfg)  # before anything is written
-    lock = directory.lock(job.command) if context.main else contextlib.nullcontext()
+    option = "--resume" if request.resumed else "--out"
+    lock = (
+        directory.lock(job.command, option)
+        if context.main
+        else contextlib.nullcontext()
+    )
     with lock:
         if context.main:
             planned = job.plan(cfg)

@@ -159,32 +159,69 @@ class RunDirectory:
         write_json(self.config_path, doc)
 
     @contextlib.contextmanager
-    def lock(self, command: str) -> Iterator[None]:
+    def lock(self, command: str, option: str = "--out") -> Iterator[None]:
         """Hold the directory's write lock; ConfigError at once if another command
-        holds it (the lock ends with the process, however it ends). A directory
-        made for the lock is removed again if the command fails before writing
-        anything there."""
-        created = not self.path.exists()
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        holds it (the lock ends with the process, however it ends), or if the
+        system refuses to make the directory or its lock file (one line naming
+        ``option``, the path and the system's reason). The folders made for the
+        lock are removed again if the command fails before writing anything
+        there."""
+        made = self._missing_folders()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            self._remove_if_made(made)
+            why = e.strerror or type(e).__name__
+            where = "" if e.filename in (None, str(self.path)) else f" ({e.filename})"
+            fix = (
+                "give another --out (a new or existing directory in a writable place)"
+                if option == "--out"
+                else "make it writable, or resume a copy of it"
+            )
+            raise ConfigError(
+                f"{option} {self.path}: cannot make or lock the run directory: "
+                f"{why}{where}; {fix}"
+            ) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise ConfigError(
-                    f"--out {self.path}: another gflow command is writing this run "
-                    "directory now; wait for it to end, or give another --out"
+                    f"{option} {self.path}: another gflow command is writing this "
+                    "run directory now; wait for it to end, or give another --out"
                 ) from None
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()} gflow {command}\n".encode())
             yield
         except BaseException:
-            if created and [p.name for p in self.path.iterdir()] == [LOCK]:
-                (self.path / LOCK).unlink()
-                self.path.rmdir()
+            self._remove_if_made(made)
             raise
         finally:
             os.close(fd)  # closing releases the lock
+
+    def _missing_folders(self) -> list[Path]:
+        """The directory and those of its parents that do not exist yet, deepest
+        first: what ``lock`` makes."""
+        missing = []
+        for folder in (self.path, *self.path.parents):
+            if os.path.lexists(folder):
+                break
+            missing.append(folder)
+        return missing
+
+    def _remove_if_made(self, made: list[Path]) -> None:
+        """Remove the folders ``lock`` made (``made``, deepest first) while they
+        hold nothing but the lock file: a command that fails before writing
+        anything leaves nothing behind (not even the ``runs/`` of a default
+        ``--out``)."""
+        for folder in made:
+            try:
+                if [p.name for p in folder.iterdir()] == [LOCK]:
+                    (folder / LOCK).unlink()
+                folder.rmdir()  # refused when something else is there: kept
+            except OSError:  # never made, or not empty: leave it and its parents
+                return
 
 
 class Run(Mapping[str, Any]):
