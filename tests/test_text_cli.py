@@ -130,6 +130,25 @@ def test_text_command_errors_are_one_line(tmp_path, capsys):
     assert "local text file" in err and err.count("\n") == 2
 
 
+def test_a_corpus_that_is_not_text_is_refused_writing_nothing(
+    tmp_path, capsys, monkeypatch
+):
+    """A binary --corpus (a NUL byte, or bytes that are not UTF-8) used to be read
+    with replacement characters, trained on, and exit 0."""
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"the cat sat " * 40 + b"\x00\x01\xff" + b"on the mat " * 40)
+    monkeypatch.chdir(tmp_path)  # the default --out, runs/<command>-<time>, here
+    for argv in (["text", "--corpus"], ["train", "--data"]):
+        for out in ([], ["--out", str(tmp_path / "new" / "run")]):
+            assert main([*argv, str(binary), *out]) == 2
+            err = capsys.readouterr().err
+            lines = err.strip().splitlines()
+            assert len(lines) == 1, err
+            assert lines[0].startswith(f"gflow {argv[0]}: error: "), err
+            assert str(binary) in lines[0] and "byte offset 480" in lines[0], err
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin"]
+
+
 @pytest.mark.slow  # in CI's slow run (.ci/run): keeps the default suite under 3 min
 def test_run_minibatch_matches_a_hand_loop():
     ids = np.random.default_rng(1).integers(0, 6, size=300).astype(np.int32)

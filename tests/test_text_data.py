@@ -74,6 +74,30 @@ def test_load_corpus_file_folder_and_errors(tmp_path):
         load_corpus("wikitext")
 
 
+@pytest.mark.parametrize(
+    "data, offset",
+    [
+        ("naïve text".encode() + b"\xff\xfe more", 11),  # not UTF-8 (after a 2-byte ï)
+        (b"plain text\x00 then a NUL", 10),  # UTF-8, but a NUL is not text
+        (b"\x89PNG\r\n\x1a\n\x00\x00", 0),
+    ],
+    ids=["invalid-utf8", "nul", "png"],
+)
+def test_load_corpus_refuses_binary_files_naming_the_byte(tmp_path, data, offset):
+    """A binary corpus used to be read with errors="replace" and trained on."""
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(data)
+    with pytest.raises(ValueError) as e:
+        load_corpus(path)
+    message = str(e.value)
+    assert str(path) in message and f"byte offset {offset}" in message, message
+    assert "\n" not in message
+    # a folder's files are checked as well, the message naming the file
+    (tmp_path / "fine.txt").write_text("fine")
+    with pytest.raises(ValueError, match=f"corpus.txt.*byte offset {offset}"):
+        load_corpus(tmp_path)
+
+
 def test_load_corpus_hub_without_package_is_one_line(monkeypatch):
     import builtins
 

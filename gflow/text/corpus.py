@@ -22,6 +22,32 @@ _LOCAL_HINT = (
 )
 
 
+def _read_text_file(path: str | Path) -> str:
+    """The text of the file at ``path``, strictly UTF-8 and free of NUL bytes.
+
+    A file that is not text (a model, an archive, an image, text in another
+    encoding) is refused rather than read with replacement characters: ValueError
+    in one line naming the file and the byte offset of its first bad byte.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    nul = data.find(b"\0")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if nul == -1 or e.start < nul:
+            raise ValueError(
+                f"corpus {path} is not text: byte 0x{data[e.start]:02x} at byte "
+                f"offset {e.start} is not UTF-8; give a UTF-8 text file"
+            ) from None
+    if nul != -1:
+        raise ValueError(
+            f"corpus {path} is not text: a NUL byte at byte offset {nul}; give a "
+            "UTF-8 text file"
+        )
+    return text
+
+
 def _read_folder(folder: Path) -> str:
     files = sorted(
         p
@@ -30,7 +56,7 @@ def _read_folder(folder: Path) -> str:
     )
     if not files:
         raise ValueError(f"corpus folder {folder} holds no .txt/.tokens/.raw files")
-    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in files)
+    return "\n".join(_read_text_file(p) for p in files)
 
 
 def _load_hub(name: str, split: str, max_chars: int | None) -> str:
@@ -78,14 +104,17 @@ def load_corpus(
             downloads at run time unless asked.
 
     Raises:
-        ValueError: unknown source, empty text, or a hub corpus that cannot be loaded
-            (no ``download=True``, no ``datasets`` package, offline), in one line.
+        ValueError: unknown source, empty text, a local file that is not text
+            (not UTF-8, or holding a NUL byte: the message names the file and the
+            byte offset of its first bad byte), or a hub corpus that cannot be
+            loaded (no ``download=True``, no ``datasets`` package, offline), in
+            one line.
     """
     if max_chars is not None and max_chars < 1:
         raise ValueError(f"max_chars must be positive or None, got {max_chars}")
     path = Path(source)
     if path.is_file():
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = _read_text_file(path)
     elif path.is_dir():
         text = _read_folder(path)
     elif str(source) in HUB_CORPORA:
