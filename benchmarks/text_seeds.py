@@ -35,8 +35,7 @@ import numpy as np
 
 from gflow.dynamics import SGD
 from gflow.runs.text import TextConfig, init_model, prepare
-from gflow.text import TextLoss, run_full_batch
-from gflow.text.fullbatch import _loop
+from gflow.text import TextLoss, full_batch_arrays, run_full_batch
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SETTINGS = {
@@ -45,41 +44,23 @@ SETTINGS = {
 }
 
 
-def _hyper(dtype):
-    # GD at a constant step 0.25: (peak, adaptive, decay, clip, cosine, warmup, final)
-    f = lambda x: jnp.asarray(x, dtype)  # noqa: E731
-    return (f(0.25), f(0.0), f(0.0), f(0.0), f(0.0), jnp.asarray(0, jnp.int32), f(0))
-
-
 def measure(cfg: TextConfig, ks, steps: int, reps: int) -> list[dict]:
     data = prepare(cfg)
     d = len(data.vocab)
     loss = TextLoss(data.sample, d_vocab=d)
-    n = cfg.num_saves
-    every = max(1, steps // n)
+    # GD at a constant step 0.25, the same settings for the loop and the vmap
+    run = dict(
+        optimizer=SGD(), learning_rate=0.25, steps=steps, num_saves=cfg.num_saves
+    )
 
     def looped(models):
-        out = [
-            run_full_batch(
-                loss, m, optimizer=SGD(), learning_rate=0.25, steps=steps, num_saves=n
-            )
-            for m in models
-        ]
+        out = [run_full_batch(loss, m, **run) for m in models]
         return [o.metrics["loss"] for o in out]
 
     @eqx.filter_jit
     def vmapped(params, static):
         def one(p):
-            return _loop(
-                p,
-                static,
-                loss,
-                _hyper(jax.tree.leaves(p)[0].dtype),
-                jnp.asarray(steps, jnp.int32),
-                jnp.asarray(every, jnp.int32),
-                num_saves=n,
-                b1=0.9,
-            )[0]
+            return full_batch_arrays(loss, eqx.combine(p, static), **run)[0]
 
         return jax.vmap(one)(params)
 

@@ -228,6 +228,39 @@ def test_full_batch_loop_stops_on_divergence(model, windows):
     assert np.isfinite(traj.metrics["loss"][0])
 
 
+def test_full_batch_arrays_vmap_over_inits_matches_run_full_batch(windows):
+    """The public loop behind ``run_full_batch`` (``benchmarks/text_seeds.py``
+    vmaps it over seeds): under ``jax.vmap`` each init's saves equal its own run."""
+    from gflow.dynamics import Adam
+    from gflow.text import full_batch_arrays, run_full_batch
+
+    loss = TextLoss(windows, d_vocab=D)
+    run = dict(optimizer=Adam(), learning_rate=0.05, steps=3, num_saves=2)
+    models = [
+        AttentionModel.init(d_vocab=D, d_model=M, init_scale=0.7, key=jax.random.key(s))
+        for s in (1, 2)
+    ]
+    params = [eqx.partition(m, eqx.is_inexact_array)[0] for m in models]
+    static = eqx.partition(models[0], eqx.is_inexact_array)[1]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *params)
+
+    @eqx.filter_jit
+    def vmapped(stacked):
+        return jax.vmap(
+            lambda p: full_batch_arrays(loss, eqx.combine(p, static), **run)
+        )(stacked)
+
+    losses, norms, snaps, final, diverged = vmapped(stacked)
+    assert losses.shape == norms.shape == (2, 3)  # saves at steps 0, 1 and 3
+    np.testing.assert_array_equal(diverged, [-1, -1])
+    for i, m in enumerate(models):
+        one = run_full_batch(loss, m, **run)
+        np.testing.assert_allclose(losses[i], one.metrics["loss"], rtol=1e-5)
+        np.testing.assert_allclose(norms[i], one.metrics["grad_norm"], rtol=1e-5)
+        np.testing.assert_allclose(snaps.W_E[i], one.params.W_E, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(final.W_E[i], one.final.W_E, rtol=1e-5, atol=1e-7)
+
+
 def test_full_batch_loop_refuses_other_optimizers(model, windows, unchecked):
     from gflow.dynamics import Momentum
     from gflow.text import run_full_batch

@@ -31,6 +31,7 @@ from gflow.text.counts import counts_loss as counts_loss
 from gflow.text.counts import window_log_counts as window_log_counts
 
 # Training
+from gflow.text.fullbatch import full_batch_arrays as full_batch_arrays
 from gflow.text.fullbatch import run_full_batch as run_full_batch
 from gflow.text.fullbatch import warmup_cosine as warmup_cosine
 from gflow.text.train import batch_loss as batch_loss
@@ -93,6 +94,7 @@ __all__ = [
     "default_queries",
     "describe",
     "fixed_sample",
+    "full_batch_arrays",
     "load_corpus",
     "observe_saves",
     "observe_snapshots",

@@ -126,6 +126,93 @@ def _loop(params, static, loss_fn, hyper, steps, save_every, *, num_saves, b1):
     return losses, norms, snaps, p, bad_at
 
 
+def _checked(
+    optimizer, learning_rate, steps, num_saves, clip
+) -> tuple[AbstractSchedule, int, int]:
+    """The schedule, number of saves n and save interval of a full-batch run,
+    after checking its settings (ValueError in one line)."""
+    if not isinstance(optimizer, FULL_BATCH_RULES):
+        raise ValueError(
+            f"optimizer must be gflow's SGD(), Adam() or AdamW(), got {optimizer!r}"
+        )
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if not isinstance(num_saves, (int, np.integer)) or num_saves < 1:
+        raise ValueError(f"num_saves must be a positive integer, got {num_saves!r}")
+    schedule = (
+        learning_rate
+        if isinstance(learning_rate, AbstractSchedule)
+        else Constant(learning_rate, steps)
+    )
+    if not schedule.peak > 0:
+        raise ValueError(f"learning_rate must be > 0, got {schedule.peak}")
+    if not 0 <= schedule.warmup < steps:
+        raise ValueError(
+            f"warmup must be an integer in [0, steps), got {schedule.warmup!r}"
+        )
+    if not schedule.final >= 0 or not clip >= 0:
+        raise ValueError(
+            f"final_lr and clip must be >= 0, got {schedule.final}, {clip}"
+        )
+    n = min(int(num_saves), int(steps))
+    return schedule, n, max(1, steps // n)
+
+
+def _weight_decay(optimizer) -> float:
+    return optimizer.weight_decay if isinstance(optimizer, AdamW) else 0.0
+
+
+def full_batch_arrays(
+    loss_fn: LossFn,
+    model: Model,
+    *,
+    optimizer: SGD | Adam | AdamW,
+    learning_rate: float | AbstractSchedule,
+    steps: int,
+    num_saves: int,
+    clip: float = 0.0,
+) -> tuple:
+    """The saves of ``run_full_batch`` as JAX arrays, before any host-side work.
+
+    The same compiled loop and the same arguments as ``run_full_batch``, but
+    nothing is read back to the host or turned into a ``Trajectory``, so the call
+    can sit inside a JAX transformation: ``jax.vmap`` over a batch of initial
+    models (as ``benchmarks/text_seeds.py`` does to time K seeds at once), or
+    ``jax.jit``. ``model``'s arrays may be traced; the settings may not.
+
+    Returns:
+        ``(loss, grad_norm, params, final, diverged_step)``: the loss and the
+        gradient norm at the n + 1 saves ([n + 1] each; n = min(num_saves,
+        steps), saves at steps 0, e, ..., (n-1)·e and ``steps`` with
+        e = max(1, steps // n); NaN from a divergence on), the inexact arrays of
+        the model at the saves (time-stacked, as ``eqx.partition(model,
+        eqx.is_inexact_array)[0]``), those of the final model, and the step at
+        which the run diverged (-1: it did not). ``run_full_batch`` documents
+        the settings.
+    """
+    schedule, n, every = _checked(optimizer, learning_rate, steps, num_saves, clip)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    dtype = jax.tree.leaves(params)[0].dtype
+    hyper = (
+        jnp.asarray(schedule.peak, dtype),
+        jnp.asarray(float(isinstance(optimizer, (Adam, AdamW))), dtype),
+        jnp.asarray(_weight_decay(optimizer), dtype),
+        jnp.asarray(clip, dtype),
+        jnp.asarray(schedule.warmup, jnp.int32),
+        jnp.asarray(schedule.final, dtype),
+    )
+    return _loop(
+        params,
+        static,
+        loss_fn,
+        hyper,
+        jnp.asarray(steps, jnp.int32),
+        jnp.asarray(every, jnp.int32),
+        num_saves=n,
+        b1=optimizer.beta if isinstance(optimizer, (Adam, AdamW)) else 0.9,
+    )
+
+
 def run_full_batch(
     loss_fn: LossFn,
     model: Model,
@@ -158,52 +245,20 @@ def run_full_batch(
         A Trajectory with ``loss``, ``grad_norm`` and ``params`` (time-stacked) at
         the saves; status ``"diverged"`` with ``stats["diverged_step"]`` if the loss
         or gradient became non-finite or |params| > 1e8 (later saves are NaN).
+        ``full_batch_arrays`` gives the same saves as JAX arrays, for use inside
+        a transformation.
     """
-    if not isinstance(optimizer, FULL_BATCH_RULES):
-        raise ValueError(
-            f"optimizer must be gflow's SGD(), Adam() or AdamW(), got {optimizer!r}"
-        )
-    if not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    if not isinstance(num_saves, (int, np.integer)) or num_saves < 1:
-        raise ValueError(f"num_saves must be a positive integer, got {num_saves!r}")
-    schedule = (
-        learning_rate
-        if isinstance(learning_rate, AbstractSchedule)
-        else Constant(learning_rate, steps)
-    )
-    if not schedule.peak > 0:
-        raise ValueError(f"learning_rate must be > 0, got {schedule.peak}")
-    if not 0 <= schedule.warmup < steps:
-        raise ValueError(
-            f"warmup must be an integer in [0, steps), got {schedule.warmup!r}"
-        )
-    if not schedule.final >= 0 or not clip >= 0:
-        raise ValueError(
-            f"final_lr and clip must be >= 0, got {schedule.final}, {clip}"
-        )
-    n = min(int(num_saves), int(steps))
-    every = max(1, steps // n)
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    dtype = jax.tree.leaves(params)[0].dtype
-    weight_decay = optimizer.weight_decay if isinstance(optimizer, AdamW) else 0.0
-    hyper = (
-        jnp.asarray(schedule.peak, dtype),
-        jnp.asarray(float(isinstance(optimizer, (Adam, AdamW))), dtype),
-        jnp.asarray(weight_decay, dtype),
-        jnp.asarray(clip, dtype),
-        jnp.asarray(schedule.warmup, jnp.int32),
-        jnp.asarray(schedule.final, dtype),
-    )
-    losses, norms, snaps, final, bad_at = _loop(
-        params,
-        static,
+    schedule, n, every = _checked(optimizer, learning_rate, steps, num_saves, clip)
+    weight_decay = _weight_decay(optimizer)
+    static = eqx.partition(model, eqx.is_inexact_array)[1]
+    losses, norms, snaps, final, bad_at = full_batch_arrays(
         loss_fn,
-        hyper,
-        jnp.asarray(steps, jnp.int32),
-        jnp.asarray(every, jnp.int32),
-        num_saves=n,
-        b1=optimizer.beta if isinstance(optimizer, (Adam, AdamW)) else 0.9,
+        model,
+        optimizer=optimizer,
+        learning_rate=learning_rate,
+        steps=steps,
+        num_saves=num_saves,
+        clip=clip,
     )
     k = np.append(np.arange(n) * every, steps)
     bad_at = int(bad_at)
