@@ -27,7 +27,7 @@ if cache != "-":
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 import diffrax, numpy as np
 import gflow
-from gflow.runs.flow_run import FlowConfig
+from gflow.runs import FlowConfig
 t_import = time.perf_counter() - t
 cfg = FlowConfig()
 solver = None if sys.argv[1] == "default" else diffrax.Tsit5()

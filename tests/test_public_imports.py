@@ -9,6 +9,9 @@ and benchmarks/ with ``ast`` (nothing is imported from the scripts):
 
 - no import names a module below a public package, and no attribute chain such as
   ``gflow.dynamics.flow.solve_flow`` reaches into one;
+- the same holds for code held in strings (a script a test or benchmark runs in a
+  fresh process, ``python -c CODE``): every string constant that parses as Python
+  and imports something is checked as a script of its own;
 - every name imported from (or reached as an attribute of) a public package is in its
   ``__all__``, and every name in each ``__all__`` exists;
 - the public packages below ``gflow.plotting`` do not import matplotlib.
@@ -26,6 +29,7 @@ import ast
 import importlib
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -62,8 +66,13 @@ PUBLIC = CHECKED + NESTED
 PRIVATE_IMPORTS = {
     ("tests/test_flow.py", "gflow.dynamics.flow", "_progress_meter"),
     ("tests/test_subword.py", "gflow.text.subword", "_chunks"),
-    ("benchmarks/text_seeds.py", "gflow.text.fullbatch", "_loop"),
+    # in the script that checks a solve's program in a fresh process
+    ("tests/test_compile_cache.py", "gflow.cli.compile_cache", "_errors_as_nan"),
+    ("tests/test_compile_cache.py", "gflow.dynamics.flow", "_solve"),
 }
+#: Files whose strings are examples for the guards (this one's, test_public_api's),
+#: not code that runs: not read.
+EXAMPLE_STRINGS = {"tests/test_public_imports.py", "tests/test_public_api.py"}
 #: (file, module): the only module objects imported, each to wrap (call the real one
 #: from the stub) a private function the test monkeypatches on it.
 MODULE_IMPORTS = {
@@ -75,6 +84,42 @@ MODULE_IMPORTS = {
 
 def _scripts() -> list[Path]:
     return sorted(p for d in SCRIPT_DIRS for p in (ROOT / d).rglob("*.py"))
+
+
+def _code_in_strings(tree: ast.Module) -> list[ast.Module]:
+    """The code held in ``tree``'s string constants: each string that parses as
+    Python (after ``textwrap.dedent``) and imports something, numbered by the lines
+    of the file, then the code in its own strings. A string that does not parse
+    whole (a template with ``{placeholders}``) gives its import lines one by one."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+            continue
+        text = textwrap.dedent(node.value)
+        if "import" not in text:
+            continue
+        try:
+            pieces = [(ast.parse(text), 0)]
+        except (SyntaxError, ValueError):
+            pieces = []
+            for i, line in enumerate(text.splitlines()):
+                if line.lstrip().startswith(("import ", "from ")):
+                    try:
+                        pieces.append((ast.parse(line.strip()), i))
+                    except SyntaxError:
+                        continue
+        for code, line in pieces:
+            ast.increment_lineno(code, node.lineno - 1 + line)
+            if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(code)):
+                out.append(code)
+            out += _code_in_strings(code)
+    return out
+
+
+def _trees(rel: str, source: str) -> list[ast.Module]:
+    """The script at ``rel`` and the code in its strings (``_code_in_strings``)."""
+    tree = ast.parse(source, rel)
+    return [tree] + ([] if rel in EXAMPLE_STRINGS else _code_in_strings(tree))
 
 
 def _checked(module: str) -> bool:
@@ -163,10 +208,39 @@ def _offences(rel: str, tree: ast.Module) -> list[str]:
 def test_scripts_import_only_public_names():
     offences = []
     for path in _scripts():
-        offences += _offences(
-            str(path.relative_to(ROOT)), ast.parse(path.read_text(), str(path))
-        )
+        rel = str(path.relative_to(ROOT))
+        for tree in _trees(rel, path.read_text()):
+            offences += _offences(rel, tree)
     assert offences == [], "\n".join(offences)
+
+
+_IN_STRINGS = '''\
+import subprocess
+from gflow.runs import FlowConfig
+CHILD = r"""
+import gflow
+from gflow.runs.flow_run import FlowConfig
+gflow.dynamics.flow.solve_flow
+"""
+TEMPLATE = """
+    out = {out!r}
+    from gflow.text.corpus import load_corpus
+    from gflow.text import load_corpus
+"""
+NESTED = """X = 'import gflow.analysis.stages'"""
+PATCH = "gflow.text.corpus._load_hub"  # a monkeypatch target: not code
+'''
+
+
+def test_the_check_reads_code_in_strings():
+    """A script run from a string (``python -c CODE``) is held to the rule as well:
+    benchmarks/compile.py's child imported ``gflow.runs.flow_run`` unseen."""
+    trees = _trees("x.py", _IN_STRINGS)
+    found = [o for tree in trees for o in _offences("x.py", tree)]
+    assert [f.split(":")[1] for f in found] == ["5", "6", "10", "13"], found
+    assert "from gflow.runs.flow_run import FlowConfig" in found[0]
+    # this file's strings are examples of offences, not code
+    assert len(_trees("tests/test_public_imports.py", _IN_STRINGS)) == 1
 
 
 def test_the_check_finds_module_paths_and_unexported_names():
@@ -193,12 +267,16 @@ def test_the_check_finds_module_paths_and_unexported_names():
 
 
 def test_the_private_imports_are_private_and_still_made():
-    """Each entry of ``PRIVATE_IMPORTS`` is an underscore name its file imports."""
+    """Each entry of ``PRIVATE_IMPORTS`` is an underscore name its file imports
+    (or code in its strings does), and a test's: scripts that users read, the
+    benchmarks and experiments, make do with the public names."""
     for rel, module, name in sorted(PRIVATE_IMPORTS):
         assert name.startswith("_"), name
+        assert rel.startswith("tests/"), f"{rel}: use or add a public name"
         imports = [
             (node.module, a.name)
-            for node in ast.walk(ast.parse((ROOT / rel).read_text()))
+            for tree in _trees(rel, (ROOT / rel).read_text())
+            for node in ast.walk(tree)
             if isinstance(node, ast.ImportFrom)
             for a in node.names
         ]
@@ -237,3 +315,18 @@ def test_the_packages_below_plotting_do_not_import_matplotlib():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_docs_index_lists_every_public_package():
+    """docs/index.md's "Public packages" table has one row per public package (and
+    ``gflow`` itself) saying what it offers, and names no other."""
+    text = (ROOT / "docs" / "index.md").read_text()
+    assert "\n## Public packages\n" in text, "docs/index.md: no Public packages"
+    section = text.split("\n## Public packages\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`gflow"):
+            rows[cells[0].strip("`")] = cells[1]
+    assert sorted(rows) == sorted(("gflow", *PUBLIC)), sorted(rows)
+    assert all(len(offers.split()) >= 4 for offers in rows.values()), rows
