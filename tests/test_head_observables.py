@@ -354,12 +354,15 @@ def _lift(t, onset, rate=0.05, eps=1e-3):
 
 
 def _head_trajectory(t=T):
-    """Two layers × two heads. Head (0, 1) runs two cycles: focus at 80 (entropy
-    falls), dilution at 150 (the tracked queries leave the top token), σ₂ of its
-    W_A lifts from 250, then its tracked queries attend to themselves (700) and the
-    top query leaves the top token (750). Head (1, 0) only focuses, at 300. Head
-    (1, 1) wiggles below the detector's 0.1-nat amplitude; head (0, 0) is flat. The
-    loss condenses (0.5 e^{-t/5}) and falls again by 0.15 with head (0, 1)'s focus.
+    """Two layers × two heads. Head (0, 1) runs the paper's two cycles: its excess on
+    the top token rises at 80 as its entropy falls (focus onto ``top``), the tracked
+    queries' excess on top falls at 150 (dilution), σ₂(W_E) lifts from 250 (and σ₂
+    of the head's own W_A with it), then its tracked queries rise onto themselves
+    (700) and the top query's excess on itself falls (750). Head (1, 0)'s entropy
+    falls at 300 as its mass moves onto the first position (an attention sink: a
+    named move, never the paper's focus). Head (1, 1) wiggles below the detector's
+    amplitudes; head (0, 0) is flat. The loss condenses (0.5 e^{-t/5}) and falls
+    again by 0.15 with head (0, 1)'s focus.
     """
     n = t.size
     log6 = np.log(6.0)
@@ -368,29 +371,37 @@ def _head_trajectory(t=T):
     ent[:, 0, 1] -= 1.2 * _sig(t, 80.0, 4.0)
     ent[:, 1, 0] -= 0.8 * _sig(t, 300.0, 6.0)
     ent[:, 1, 1] += 0.04 * np.sin(t / 20.0)
-    tracked = np.full((n, 2, 2, 2), 0.5)
-    tracked[:, 0, 1, :] -= 0.4 * _sig(t, 150.0, 5.0)[:, None]
-    self_attn = np.full((n, 2, 2), 0.3)
-    self_attn[:, 0, 1] += 0.5 * _sig(t, 700.0, 8.0)
-    on_top = np.full((n, 2, 2), 0.9)
-    on_top[:, 0, 1] -= 0.5 * _sig(t, 750.0, 8.0)
+    every = np.zeros((n, 2, 2, 5))  # excess per key class, every query row
+    every[:, 0, 1, 0] = 0.3 * _sig(t, 80.0, 4.0)
+    every[:, 1, 0, 3] = 0.6 * _sig(t, 300.0, 6.0)
+    every[:, 1, 1, :] = 0.02 * np.sin(t / 20.0)[:, None]
+    tracked = np.zeros((n, 2, 2, 5))  # ... the tracked queries' rows
+    tracked[:, 0, 1, 0] = 0.1 - 0.4 * _sig(t, 150.0, 5.0)
+    tracked[:, 0, 1, 1] = 0.5 * _sig(t, 700.0, 8.0)
+    top_query = np.full((n, 2, 2), 0.2)  # ... the top query's on the top token
+    top_query[:, 0, 1] -= 0.5 * _sig(t, 750.0, 8.0)
     sv = np.ones((n, 2, 2, 2))
     sv[..., 1] = 1e-3
     sv2, lift = _lift(t, 250.0)
     sv[:, 0, 1, 1] = sv2
+    sv_E = np.stack([np.ones(n), sv2, np.full(n, 1e-3)], axis=1)
     metrics = {
         "loss": loss,
         "head_entropy": ent,
-        "head_tracked_on_top": tracked,
-        "head_self": self_attn,
-        "head_on_top": on_top,
+        "head_key_excess": every,
+        "head_tracked_key_excess": tracked,
+        "head_top_query_excess": top_query,
         "sv_W_A": sv,
+        "sv_W_E": sv_E,
     }
     edges = {
         ("focus", 1, 0, 1): (80.0 - 4.0 * LN19, 80.0 + 4.0 * LN19),
+        ("entropy_fall", 1, 0, 1): (80.0 - 4.0 * LN19, 80.0 + 4.0 * LN19),
         ("dilution", 1, 0, 1): (150.0 - 5.0 * LN19, 150.0 + 5.0 * LN19),
-        ("asymmetry_lifting", 1, 0, 1): lift,
-        ("focus", 1, 1, 0): (300.0 - 6.0 * LN19, 300.0 + 6.0 * LN19),
+        ("asymmetry_lifting", 1, -1, -1): lift,
+        ("head_lifting", 1, 0, 1): lift,
+        ("entropy_fall", 1, 1, 0): (300.0 - 6.0 * LN19, 300.0 + 6.0 * LN19),
+        ("first_position_focus", 1, 1, 0): (300.0 - 6.0 * LN19, 300.0 + 6.0 * LN19),
         ("focus", 2, 0, 1): (700.0 - 8.0 * LN19, 700.0 + 8.0 * LN19),
         ("dilution", 2, 0, 1): (750.0 - 8.0 * LN19, 750.0 + 8.0 * LN19),
     }
@@ -410,36 +421,71 @@ def test_each_head_gets_its_own_stages_at_the_constructed_times():
     # the first plateau: the loss rate is down to 5% of its peak near 5 ln 20 = 15,
     # long before head (0, 1)'s focus takes the loss lower still
     assert 14.0 <= cond.t_end <= 16.5
-    assert [(s.name, s.cycle, s.layer, s.head) for s in rest] == sorted(
-        edges, key=lambda k: edges[k][0]
-    )
+    assert sorted((s.name, s.cycle, s.layer, s.head) for s in rest) == sorted(edges)
     for s in rest:
         start, end = edges[(s.name, s.cycle, s.layer, s.head)]
         # the first grid point at which the signal has covered the edge fraction
         assert start <= s.t_start + 1e-9 < start + DT + 1e-9, (s, start)
         assert end <= s.t_end + 1e-9 < end + DT + 1e-9, (s, end)
     assert [s.t_start for s in stages] == sorted(s.t_start for s in stages)
+    # each attention move names the key class its mass moved onto
+    keys = {(s.name, s.cycle, s.layer, s.head): s.key for s in rest}
+    assert keys[("focus", 1, 0, 1)] == keys[("dilution", 1, 0, 1)] == "top"
+    assert keys[("entropy_fall", 1, 0, 1)] == "top"
+    assert keys[("focus", 2, 0, 1)] == "self"
+    # the head whose mass moved onto the first position: no paper stage at all
+    sink = [s for s in rest if (s.layer, s.head) == (1, 0)]
+    assert {(s.name, s.key) for s in sink} == {
+        ("entropy_fall", "first"),
+        ("first_position_focus", "first"),
+    }
+    assert not any(s.is_paper_stage for s in sink)
+
+
+def test_no_frequent_token_silences_the_paper_stages_and_says_so():
+    """On a sample whose top token is not clearly the most frequent (uniform π),
+    the cycle-1 focus onto it is not defined: no paper stage of a head, a warning;
+    the other named moves remain."""
+    traj, _ = _head_trajectory()
+    m = dict(traj.metrics, top_dominance=np.full(T.size, 1.05))
+    with pytest.warns(UserWarning, match="no most frequent token"):
+        stages = detect_head_stages(Trajectory(t=T, metrics=m, final=None))
+    paper = {s.name for s in stages if s.is_paper_stage}
+    assert paper == {"condensation"}
+    assert ("entropy_fall", 0, 1) in {(s.name, s.layer, s.head) for s in stages}
+    m["top_dominance"] = np.full(T.size, 3.0)  # the paper's chain: about 4
+    assert detect_head_stages(Trajectory(t=T, metrics=m, final=None)) == (
+        detect_head_stages(traj)
+    )
 
 
 def test_a_focus_and_a_growing_sigma_two_in_one_head_only():
-    """Only head (0, 1)'s entropy falls (logistic at 60, width 3) and only its σ₂
-    grows: a focus and an asymmetry lifting of layer 0, head 1; nothing else."""
+    """Only head (0, 1) moves: its excess on the top token rises (logistic at 60,
+    width 3) as its entropy falls, and only its σ₂(W_A) grows: the paper's focus,
+    the entropy fall it names and the head's own lifting; no global lifting
+    (σ(W_E) flat), no dilution (the tracked queries do not move)."""
     t = np.arange(0.0, 500.0 + DT / 2, DT)
     traj, _ = _head_trajectory(t)
     m = dict(traj.metrics)
     m["head_entropy"] = np.full((t.size, 2, 2), 1.5)
     m["head_entropy"][:, 0, 1] -= 1.0 * _sig(t, 60.0, 3.0)
-    m["head_tracked_on_top"] = np.full((t.size, 2, 2, 2), 0.5)
+    m["head_key_excess"] = np.zeros((t.size, 2, 2, 5))
+    m["head_key_excess"][:, 0, 1, 0] = 0.5 * _sig(t, 60.0, 3.0)
+    m["head_tracked_key_excess"] = np.zeros((t.size, 2, 2, 5))
+    m["head_top_query_excess"] = np.zeros((t.size, 2, 2))
+    m["sv_W_E"] = np.ones((t.size, 3))
     m["loss"] = np.full(t.size, 1.0)  # no condensation: windows open at t0
     stages = detect_head_stages(Trajectory(t=t, metrics=m, final=None))
     _, lift = _lift(t, 250.0)
-    assert [(s.name, s.cycle, s.layer, s.head) for s in stages] == [
-        ("focus", 1, 0, 1),
-        ("asymmetry_lifting", 1, 0, 1),
+    assert [(s.name, s.cycle, s.layer, s.head, s.key) for s in stages] == [
+        ("focus", 1, 0, 1, "top"),
+        ("entropy_fall", 1, 0, 1, "top"),
+        ("head_lifting", 1, 0, 1, None),
     ]
-    focus, lifting = stages
-    assert 60.0 - 3.0 * LN19 <= focus.t_start < 60.0 - 3.0 * LN19 + DT
-    assert 60.0 + 3.0 * LN19 <= focus.t_end < 60.0 + 3.0 * LN19 + DT
+    for s in stages[:2]:
+        assert 60.0 - 3.0 * LN19 <= s.t_start < 60.0 - 3.0 * LN19 + DT
+        assert 60.0 + 3.0 * LN19 <= s.t_end < 60.0 + 3.0 * LN19 + DT
+    lifting = stages[2]
     assert lift[0] <= lifting.t_start < lift[0] + DT
     assert lift[1] <= lifting.t_end < lift[1] + DT
 
@@ -457,10 +503,14 @@ def test_condensation_from_the_unigram_gap_and_the_detector_thresholds():
         "layer": -1,
         "head": -1,
     }
-    # a stricter amplitude threshold drops head (1, 0)'s 0.8-nat focus
-    strict = detect_head_stages(traj, detector=StageDetector(min_amplitude=1.0))
+    # stricter thresholds drop head (1, 0)'s 0.8-nat entropy fall and its 0.6 move
+    # onto the first position, and head (0, 1)'s 0.3 focus, not its 1.2-nat fall
+    strict = detect_head_stages(
+        traj, detector=StageDetector(min_amplitude=1.0, margin=0.7)
+    )
     assert (1, 0) not in {(s.layer, s.head) for s in strict}
-    assert ("focus", 0, 1) in {(s.name, s.layer, s.head) for s in strict}
+    named = {(s.name, s.layer, s.head) for s in strict}
+    assert ("entropy_fall", 0, 1) in named and ("focus", 0, 1) not in named
 
 
 def test_missing_metrics_and_bad_head_stages_are_refused():
@@ -468,9 +518,15 @@ def test_missing_metrics_and_bad_head_stages_are_refused():
     m = {k: v for k, v in traj.metrics.items() if k != "sv_W_A"}
     with pytest.raises(ValueError, match="sv_W_A"):
         detect_head_stages(Trajectory(t=T, metrics=m, final=None))
-    m = dict(traj.metrics, head_self=traj.metrics["head_self"][:, :1])
-    with pytest.raises(ValueError, match="head_self"):
+    excess = traj.metrics["head_key_excess"]
+    m = dict(traj.metrics, head_key_excess=excess[:, :1])
+    with pytest.raises(ValueError, match="head_key_excess"):
         detect_head_stages(Trajectory(t=T, metrics=m, final=None))
+    m = dict(traj.metrics, head_key_excess=excess[..., :3])  # not the 5 classes
+    with pytest.raises(ValueError, match="key classes"):
+        detect_head_stages(Trajectory(t=T, metrics=m, final=None))
+    with pytest.raises(ValueError, match="key must be"):
+        HeadStage("focus", 0.0, 1.0, 1, 0, 0, key="sideways")
     with pytest.raises(ValueError, match="stage name"):
         HeadStage("plateau", 0.0, 1.0, 1, 0, 0)
     with pytest.raises(ValueError, match="t_end"):
@@ -489,25 +545,31 @@ def test_missing_metrics_and_bad_head_stages_are_refused():
     }
 
 
-#: stages.json of ``_head_trajectory()`` as detect_head_stages wrote it when it
-#: returned HeadStage, a subclass of Stage: layer and head last, -1 for the global
-#: condensation; plus ``"provisional": true`` on every head's stage, since no signal
-#: of these runs turns back after its move (each ends at the run's running extremum).
+#: stages.json of ``_head_trajectory()``: layer and head last, -1 for the global
+#: condensation and lifting; ``"provisional": true`` on every head's stage, since no
+#: signal of these runs turns back after its move (each ends at the run's running
+#: extremum); ``"key"``, the key class, on every attention move.
 HEAD_STAGES_JSON = (
     '[{"stage": "condensation", "t_start": 0.0, "t_end": 15.5, "cycle": 1, '
     '"layer": -1, "head": -1}, '
-    '{"stage": "focus", "t_start": 68.5, "t_end": 92.0, "cycle": 1, '
-    '"layer": 0, "head": 1, "provisional": true}, '
+    '{"stage": "focus", "t_start": 68.5, "t_end": 92.0, "cycle": 1, "layer": 0, '
+    '"head": 1, "provisional": true, "key": "top"}, '
+    '{"stage": "entropy_fall", "t_start": 68.5, "t_end": 92.0, "cycle": 1, '
+    '"layer": 0, "head": 1, "provisional": true, "key": "top"}, '
     '{"stage": "dilution", "t_start": 135.5, "t_end": 165.0, "cycle": 1, '
-    '"layer": 0, "head": 1, "provisional": true}, '
+    '"layer": 0, "head": 1, "provisional": true, "key": "top"}, '
     '{"stage": "asymmetry_lifting", "t_start": 264.0, "t_end": 410.5, "cycle": 1, '
+    '"layer": -1, "head": -1, "provisional": true}, '
+    '{"stage": "head_lifting", "t_start": 264.0, "t_end": 410.5, "cycle": 1, '
     '"layer": 0, "head": 1, "provisional": true}, '
-    '{"stage": "focus", "t_start": 282.5, "t_end": 318.0, "cycle": 1, '
-    '"layer": 1, "head": 0, "provisional": true}, '
-    '{"stage": "focus", "t_start": 676.5, "t_end": 724.0, "cycle": 2, '
-    '"layer": 0, "head": 1, "provisional": true}, '
+    '{"stage": "entropy_fall", "t_start": 282.5, "t_end": 318.0, "cycle": 1, '
+    '"layer": 1, "head": 0, "provisional": true, "key": "first"}, '
+    '{"stage": "first_position_focus", "t_start": 282.5, "t_end": 318.0, '
+    '"cycle": 1, "layer": 1, "head": 0, "provisional": true, "key": "first"}, '
+    '{"stage": "focus", "t_start": 676.5, "t_end": 724.0, "cycle": 2, "layer": 0, '
+    '"head": 1, "provisional": true, "key": "self"}, '
     '{"stage": "dilution", "t_start": 726.5, "t_end": 774.0, "cycle": 2, '
-    '"layer": 0, "head": 1, "provisional": true}]'
+    '"layer": 0, "head": 1, "provisional": true, "key": "top"}]'
 )
 
 
@@ -539,31 +601,32 @@ def test_figures_are_written_as_png(tmp_path):
 
 
 def test_the_global_lifting_is_sigma_two_of_the_embedding():
-    """With ``sv_W_E`` recorded, the paper's lifting is σ₂(W_E)'s growth, global
-    (layer = head = -1), at its closed-form edges and after the first head's focus;
-    each head's own σ₂(W_A,h) growth is still reported with its layer and head. A
-    σ₃(W_E) that doubles after t = 700 closes it; the head's stays open."""
+    """The paper's lifting is σ₂(W_E)'s growth, global (layer = head = -1), at its
+    closed-form edges and after the first head's paper focus; each head's own
+    σ₂(W_A,h) growth is the named move ``head_lifting``. A σ₃(W_E) that doubles
+    after t = 700 closes it; the head's stays open. The paper's cycle 2 of a head
+    opens when σ₂(W_E)'s growth ends."""
     traj, edges = _head_trajectory()
     sv2, lift = _lift(T, 120.0, rate=0.08)
     sv3 = 1e-3 * np.exp(0.02 * np.clip(T - 700.0, 0, None))
     sv_E = np.stack([np.ones_like(T), sv2, sv3], axis=1)
-    # head (0, 1)'s entropy turns back late (t = 900), which closes its focus, the
-    # first focus; without that the lifting after it could not close either
-    ent = traj.metrics["head_entropy"].copy()
-    ent[:, 0, 1] += 0.5 * _sig(T, 900.0, 5.0)
-    plain = Trajectory(t=T, metrics=dict(traj.metrics, head_entropy=ent), final=None)
-    m = dict(plain.metrics, sv_W_E=sv_E)
+    # head (0, 1)'s excess on top turns back late (t = 900), which closes its
+    # focus, the first focus; without that the lifting after it could not close
+    excess = traj.metrics["head_key_excess"].copy()
+    excess[:, 0, 1, 0] -= 0.2 * _sig(T, 900.0, 5.0)
+    m = dict(traj.metrics, head_key_excess=excess, sv_W_E=sv_E)
     stages = detect_head_stages(Trajectory(t=T, metrics=m, final=None))
-    globs = [s for s in stages if s.name == "asymmetry_lifting" and s.layer == -1]
+    globs = [s for s in stages if s.name == "asymmetry_lifting"]
+    assert all(g.layer == g.head == -1 for g in globs)
     # σ₃(W_E)'s growth is cycle 2's lifting, open: no σ₄ to close it
     assert [(g.cycle, g.provisional) for g in globs] == [(1, False), (2, True)]
     glob = globs[0]
     assert lift[0] <= glob.t_start < lift[0] + DT
     assert lift[1] <= glob.t_end < lift[1] + DT
-    (own,) = [s for s in stages if s.name == "asymmetry_lifting" and s.layer == 0]
-    start, end = edges[("asymmetry_lifting", 1, 0, 1)]
-    assert (own.head, own.provisional) == (1, True)
+    (own,) = [s for s in stages if s.name == "head_lifting"]
+    start, end = edges[("head_lifting", 1, 0, 1)]
+    assert (own.layer, own.head, own.provisional) == (0, 1, True)
     assert start <= own.t_start < start + DT and end <= own.t_end < end + DT
-    # the rest is what the run without sv_W_E gives
-    rest = [s for s in stages if s not in globs]
-    assert rest == detect_head_stages(plain)
+    two = [s for s in stages if s.cycle == 2 and s.layer == 0]
+    assert [(s.name, s.key) for s in two] == [("focus", "self"), ("dilution", "top")]
+    assert all(s.t_start > glob.t_end for s in two)

@@ -19,11 +19,30 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _excess(top, *, tracked_top=None, tracked_self=None, top_query=None, q=True):
+    """The key-class excess signals of one head from their time series [n, l, h]:
+    every query's excess on the top token, the tracked queries' on top and on
+    themselves, the top query's on top; every other class stays at 0."""
+    zeros = np.zeros_like(top)
+    every = np.zeros((*top.shape, 5))
+    every[..., 0] = top
+    tracked = np.zeros((*top.shape, 5))
+    if q:
+        tracked[..., 0] = zeros if tracked_top is None else tracked_top
+        tracked[..., 1] = zeros if tracked_self is None else tracked_self
+    return {
+        "head_key_excess": every,
+        "head_tracked_key_excess": tracked,
+        "head_top_query_excess": zeros if top_query is None else top_query,
+    }
+
+
 def _signals(t, *, layers=1, heads=1, q=2):
     """One head's cycle: the loss falls onto a plateau (logistic, centre 10, width 1),
-    the entropy falls (centre 40, width 3, 1 nat), the tracked queries' attention on
-    top rises with the focus then falls (centre 70, width 3), σ₂(W_A) grows as
-    e^{0.05 (t - 60)} after t = 60, and σ₂(W_E) as e^{0.08 (t - 50)} after 50."""
+    the entropy falls (centre 40, width 3, 1 nat) as the excess on the top token
+    rises by 1 (the paper's focus), the tracked queries' excess on top rises with
+    the focus then falls (centre 70, width 3), σ₂(W_A) grows as e^{0.05 (t - 60)}
+    after t = 60, and σ₂(W_E) as e^{0.08 (t - 50)} after 50."""
     loss = 0.7 + 0.7 * (1 - _sigmoid((t - 10.0) / 1.0))
     ent = 3.0 - 1.0 * _sigmoid((t - 40.0) / 3.0)
     trk = 0.3 + 0.5 * _sigmoid((t - 40.0) / 3.0) - 0.4 * _sigmoid((t - 70.0) / 3.0)
@@ -31,7 +50,12 @@ def _signals(t, *, layers=1, heads=1, q=2):
     svE2 = 1e-3 * np.exp(0.08 * np.maximum(t - 50.0, 0.0))
     n = t.size
     shape = (n, layers, heads)
+
+    def each(x):
+        return np.broadcast_to(x[:, None, None], shape).copy()
+
     return {
+        **_excess(each(1.0 - (ent - 2.0)), tracked_top=each(trk), q=q > 0),
         "loss": loss,
         "head_entropy": np.broadcast_to(ent[:, None, None], shape).copy(),
         "head_on_top": np.full(shape, 0.9),
@@ -69,19 +93,20 @@ def test_crossings_are_reported_within_one_interval(dt):
     det = _feed(t, _signals(t))
     ev = det.events
     cond = _one(ev, "condensation", -1, -1)
-    # focus: entropy 0.1 nat below its maximum so far (at t = 0: the logistic only
-    # falls), reported after condensation; it has fallen 0.1 at σ = σ(-40/3) + 0.1
+    # focus: the excess on top 0.1 above its minimum so far (at t = 0: the logistic
+    # only rises), reported after condensation; it has risen 0.1 at σ = σ(-40/3) + 0.1
     s0 = float(_sigmoid((0.0 - 40.0) / 3.0))
     t_star = 40.0 + 3.0 * math.log((s0 + 0.1) / (1 - s0 - 0.1))
     focus = _one(ev, "focus")
     assert cond.t_start < t_star <= focus.t_start < t_star + dt + 1e-9
-    assert focus.reference - focus.value >= 0.1
-    # onset: the last time the entropy was within 5% of 0.1 nat of its maximum
+    assert focus.value - focus.reference >= 0.1 and focus.key == "top"
+    # onset: the last time the excess was within 5% of 0.1 of its minimum
     near = 40.0 + 3.0 * math.log((s0 + 0.005) / (1 - s0 - 0.005))
     assert near - dt < focus.onset <= near
-    # asymmetry lifting of the head: 4-fold growth over the value at focus
-    lift = _one(ev, "asymmetry_lifting")
-    base = max(focus.t_start, 60.0)
+    # the head's own lifting (not a paper stage): 4-fold growth of σ₂(W_A) over
+    # its value at condensation
+    lift = _one(ev, "head_lifting")
+    base = max(cond.t_start, 60.0)
     assert base + math.log(4) / 0.05 <= lift.t_start < base + math.log(4) / 0.05 + dt
     assert base + math.log(2) / 0.05 <= lift.onset < base + math.log(2) / 0.05 + dt
     # the embedding's lifting opens at the first focus; σ₂(W_E) grows after 50
@@ -111,7 +136,8 @@ def test_agrees_with_the_offline_rules_on_the_same_signals():
     det = _feed(t, sig)
     offline = detect_head_stages(Trajectory(t=t, metrics=sig, final=None))
     per_head = [e for e in det.events if e.layer >= 0]
-    assert len(per_head) == 4 * 3  # focus, dilution, lifting of every head
+    # focus, dilution, the head's own lifting and its entropy fall, every head
+    assert len(per_head) == 4 * 4
     for e in det.events:
         if e.stage == "asymmetry_lifting" and e.layer < 0:
             continue  # the embedding's lifting is the one-layer rule (below)
@@ -135,23 +161,23 @@ def test_agrees_with_the_offline_rules_on_the_same_signals():
 def test_cycle_two_opens_after_the_lifting():
     t = np.arange(0.0, 300.0, 1.0)
     sig = _signals(t)
+    """The paper's cycle 2 of a head opens at the embedding's lifting (σ₂(W_E)),
+    not at the head's own."""
     after = _sigmoid((t - 200.0) / 4.0)  # late in cycle 2: self up, top-on-top down
-    sig["head_self"] = (0.2 + 0.6 * after)[:, None, None]
-    sig["head_on_top"] = (0.9 - 0.5 * after)[:, None, None]
-    sig["sv_W_A"] = np.concatenate(
-        [
-            sig["sv_W_A"],
-            1e-3 * np.exp(0.1 * np.maximum(t - 220.0, 0))[:, None, None, None],
-        ],
-        -1,
+    sig["head_tracked_key_excess"][:, 0, 0, 1] = 0.6 * after
+    sig["head_top_query_excess"] = (-0.5 * after)[:, None, None]
+    sig["sv_W_E"] = np.concatenate(
+        [sig["sv_W_E"], 1e-3 * np.exp(0.1 * np.maximum(t - 220.0, 0))[:, None]], -1
     )
     ev = _feed(t, sig).events
-    lift = _one(ev, "asymmetry_lifting")
+    lift = _one(ev, "asymmetry_lifting", -1, -1)
     f2, d2 = _one(ev, "focus", cycle=2), _one(ev, "dilution", cycle=2)
     assert lift.t_start < f2.t_start and lift.t_start < d2.t_start
-    assert f2.value - f2.reference >= 0.1 and f2.signal == "head_self"
-    assert d2.reference - d2.value >= 0.1 and d2.signal == "head_on_top"
-    lift2 = _one(ev, "asymmetry_lifting", cycle=2)
+    assert f2.value - f2.reference >= 0.1
+    assert (f2.signal, f2.key) == ("head_tracked_key_excess:1", "self")
+    assert d2.reference - d2.value >= 0.1
+    assert (d2.signal, d2.key) == ("head_top_query_excess", "top")
+    lift2 = _one(ev, "asymmetry_lifting", -1, -1, cycle=2)
     assert 220 + math.log(4) / 0.1 <= lift2.t_start < 220 + math.log(4) / 0.1 + 1
 
 
@@ -160,7 +186,7 @@ def test_a_head_that_collapsed_during_condensation_is_reported_with_it():
     reported at condensation's observation, with the onset of its fall."""
     t = np.arange(0.0, 60.0, 0.5)
     sig = _signals(t)
-    sig["head_entropy"] = (3.0 - _sigmoid((t - 8.0) / 1.0))[:, None, None]
+    sig["head_key_excess"][:, 0, 0, 0] = _sigmoid((t - 8.0) / 1.0)
     ev = _feed(t, sig).events
     cond, focus = _one(ev, "condensation", -1, -1), _one(ev, "focus")
     assert ev.index(cond) < ev.index(focus)
@@ -168,7 +194,8 @@ def test_a_head_that_collapsed_during_condensation_is_reported_with_it():
     s0 = float(_sigmoid(-8.0))
     near = 8.0 + math.log((s0 + 0.005) / (1 - s0 - 0.005))
     assert near - 0.5 < focus.onset <= near < cond.t_start
-    assert focus.reference - focus.value > 0.9
+    # the value at the crossing is reported (the excess kept rising after it)
+    assert focus.value - focus.reference >= 0.1
 
 
 def test_nothing_before_condensation_and_no_signal_no_stage():
@@ -176,12 +203,16 @@ def test_nothing_before_condensation_and_no_signal_no_stage():
     sig = _signals(t)
     flat = dict(sig, loss=np.full(t.size, 1.0))  # the loss never falls
     assert _feed(t, flat).events == []
-    no_q = dict(sig, head_tracked_on_top=np.zeros((t.size, 1, 1, 0)))
+    no_q = dict(sig, head_tracked_key_excess=np.zeros((t.size, 1, 1, 5)))
     names = {e.stage for e in _feed(t, no_q).events if e.layer == 0}
-    assert names == {"focus", "asymmetry_lifting"}  # no tracked query: no dilution
+    # no tracked query: no dilution
+    assert names == {"focus", "entropy_fall", "head_lifting"}
     no_sv = {k: v for k, v in sig.items() if not k.startswith("sv_")}
     names = {e.stage for e in _feed(t, no_sv).events}
-    assert names == {"condensation", "focus", "dilution"}
+    assert names == {"condensation", "focus", "entropy_fall", "dilution"}
+    # without a frequent token the paper's stages are silent; other moves are not
+    names = {e.stage for e in _feed(t, sig, frequent_token=False).events}
+    assert names == {"condensation", "entropy_fall", "head_lifting"}
 
 
 @settings(max_examples=25, deadline=None)
@@ -211,7 +242,9 @@ def _steps(n=46):
     sva = np.where(step < 30, 0.25, 0.25 * 3.0 ** np.clip(step - 30, 0, None))
     sve = np.where(step < 40, 0.25, 0.25 * 3.0 ** np.clip(step - 40, 0, None))
     trk = np.where(step >= 20, 0.25, 0.5)
+    top = np.interp(step, [0, 10, 14, n], [0.0, 0.0, 1.0, 1.0])
     signals = {
+        **_excess(top[:, None, None], tracked_top=trk[:, None, None]),
         "loss": np.interp(step, [0, 2, 6, n], [1.5, 1.5, 0.5, 0.5]),
         "head_entropy": np.interp(step, [0, 10, 14, n], [3.0, 3.0, 2.0, 2.0])[
             :, None, None
@@ -225,26 +258,31 @@ def _steps(n=46):
     return 0.5 * step, signals
 
 
-#: The events.jsonl lines of ``_steps`` as the detector wrote them when its events
-#: were dicts; by the rules: condensation once the loss rate over two intervals is
-#: 0 (step 8), onset the first observation; focus at the first 0.25-nat fall (step
-#: 11, onset step 10); dilution at the drop (step 20); each lifting once σ₂ is 9x
-#: its value when its rule opened (> 4x), onset at 3x (> 2x).
+#: The events.jsonl lines of ``_steps``; by the rules: condensation once the loss
+#: rate over two intervals is 0 (step 8), onset the first observation; focus at the
+#: first 0.1 rise of the excess on top (step 11: 0.25, onset step 10) and, at the
+#: same observation, the entropy fall it names ("top"); dilution at the drop of the
+#: tracked queries' excess on top (step 20); the head's own lifting and the
+#: embedding's once σ₂ is 9x its value when its rule opened (> 4x), onset at 3x.
 STEPS_JSONL = """\
 {"event": "condensation", "layer": -1, "head": -1, "cycle": 1, "step": 8, "t": 4.0, \
-"t_onset": 0.0, "signal": "loss", "value": 0.5, "reference": 1.5, "threshold": 0.1}
+"t_onset": 0.0, "signal": "loss", "value": 0.5, "reference": 1.5, "threshold": 0.1, \
+"key": null}
 {"event": "focus", "layer": 0, "head": 0, "cycle": 1, "step": 11, "t": 5.5, \
+"t_onset": 5.0, "signal": "head_key_excess:0", "value": 0.25, "reference": 0.0, \
+"threshold": 0.1, "key": "top"}
+{"event": "entropy_fall", "layer": 0, "head": 0, "cycle": 1, "step": 11, "t": 5.5, \
 "t_onset": 5.0, "signal": "head_entropy", "value": 2.75, "reference": 3.0, \
-"threshold": 0.1}
+"threshold": 0.1, "key": "top"}
 {"event": "dilution", "layer": 0, "head": 0, "cycle": 1, "step": 20, "t": 10.0, \
-"t_onset": 9.5, "signal": "tracked_mean", "value": 0.25, "reference": 0.5, \
-"threshold": 0.1}
-{"event": "asymmetry_lifting", "layer": 0, "head": 0, "cycle": 1, "step": 32, \
-"t": 16.0, "t_onset": 15.5, "signal": "sv_W_A", "value": 2.25, "reference": 0.25, \
-"threshold": 4.0}
+"t_onset": 9.5, "signal": "head_tracked_key_excess:0", "value": 0.25, \
+"reference": 0.5, "threshold": 0.1, "key": "top"}
+{"event": "head_lifting", "layer": 0, "head": 0, "cycle": 1, "step": 32, "t": 16.0, \
+"t_onset": 15.5, "signal": "sv_W_A", "value": 2.25, "reference": 0.25, \
+"threshold": 4.0, "key": null}
 {"event": "asymmetry_lifting", "layer": -1, "head": -1, "cycle": 1, "step": 42, \
 "t": 21.0, "t_onset": 20.5, "signal": "sv_W_E", "value": 2.25, "reference": 0.25, \
-"threshold": 4.0}
+"threshold": 4.0, "key": null}
 """
 
 
@@ -256,9 +294,10 @@ def test_events_are_stages_written_as_the_old_jsonl_lines():
     for e, line in zip(events, STEPS_JSONL.splitlines()):
         assert Stage.from_dict(json.loads(line)) == e == Stage.from_dict(e.to_dict())
         assert e.t_start == e.t_end == json.loads(line)["t"]  # reported at an instant
-    dilution = events[2]
+    dilution = events[3]
     assert (dilution.stage, dilution.layer, dilution.head) == ("dilution", 0, 0)
-    assert (dilution.onset, dilution.step, dilution.signal) == (9.5, 20, "tracked_mean")
+    assert (dilution.onset, dilution.step) == (9.5, 20)
+    assert (dilution.signal, dilution.key) == ("head_tracked_key_excess:0", "top")
 
 
 def test_bad_input_is_refused():

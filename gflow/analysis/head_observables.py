@@ -14,7 +14,17 @@ on key position j ≤ i in one head, and x_{nj} the tokens:
 - ``head_tracked_on_top`` [q]: the same for each tracked query token;
 - ``head_self``: the mass Σ_j a_{nij} [x_{nj} = x_{ni}] that a tracked query puts on
   keys equal to itself, averaged over every occurrence of a tracked query (so each
-  tracked token weighs by its frequency, as the π-weighting of the one-layer rules).
+  tracked token weighs by its frequency, as the π-weighting of the one-layer rules);
+- ``head_key_excess`` [C]: the excess mass on each key class of
+  ``gflow.analysis.key_classes`` (top token, own token, previous position, first
+  position, induction target) over what uniform causal attention gives it,
+  averaged over every query row; ``head_tracked_key_excess`` [C]: the same over the
+  tracked queries' rows; ``head_top_query_excess``: the excess on the top token
+  over the top token's own rows;
+- ``top_dominance``: how many times as frequent the top token is as the next one
+  in the sample's contexts (the paper's cycle-1 focus is defined only when it is
+  clearly the most frequent; NaN when the sample was not concrete at
+  construction).
 
 Every query position whose row the model gives counts, position 0 included (whose
 only key is itself); a model that gives only the last row counts the last position.
@@ -36,6 +46,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
 from gflow.analysis.attending import Attending, attention_rows, head_singular_values
+from gflow.analysis.key_classes import class_masks, key_excess, top_dominance
 from gflow.analysis.observables import entropy, singular_values
 from gflow.problems.transformer import product_singular_values
 
@@ -69,13 +80,30 @@ def _masked_mean(
     return jnp.where(some, values / jnp.where(some, count, 1.0), 0.0)
 
 
+def _class_signals(xp, attn, contexts, top, is_tracked, top_query) -> dict:
+    """``head_key_excess``, ``head_tracked_key_excess`` and ``head_top_query_excess``
+    from attention [b, l, h, r, s] (module docstring)."""
+    masks = class_masks(xp, contexts, attn.shape[-2], top, attn.dtype)
+    heads_first = xp.moveaxis(attn, 0, 2)  # [l, h, b, r, s]
+    every = xp.ones_like(is_tracked)
+    return {
+        "head_key_excess": key_excess(xp, heads_first, masks, every),
+        "head_tracked_key_excess": key_excess(xp, heads_first, masks, is_tracked),
+        "head_top_query_excess": key_excess(xp, heads_first, masks[:1], top_query)[
+            ..., 0
+        ],
+    }
+
+
 class HeadObservables(eqx.Module):
     """Per-head observables of an attending model (a Transformer, say) on a fixed
     sample, one dict per model.
 
-    Keys (shapes per saved time; l layers, h heads, q tracked tokens, k = m / h):
-    ``head_entropy`` [l, h], ``head_on_top`` [l, h], ``head_tracked_on_top``
-    [l, h, q], ``head_self`` [l, h] (module docstring), ``sv_W_E`` [min(d, m)],
+    Keys (shapes per saved time; l layers, h heads, q tracked tokens, k = m / h,
+    C key classes): ``head_entropy`` [l, h], ``head_on_top`` [l, h],
+    ``head_tracked_on_top`` [l, h, q], ``head_self`` [l, h], ``head_key_excess``
+    and ``head_tracked_key_excess`` [l, h, C], ``head_top_query_excess`` [l, h],
+    ``top_dominance`` [] (module docstring), ``sv_W_E`` [min(d, m)],
     ``sv_W_P`` [min(m, d)] (models with ``W_E`` and ``W_P``), ``sv_W_A`` [l, h, k]
     (models with ``attention_singular_values``) and, when a Transformer has value
     matrices, ``sv_W_OV`` [l, h, k].
@@ -85,11 +113,14 @@ class HeadObservables(eqx.Module):
         tokens: int [b, s+1], the evaluation sample (contexts ``tokens[:, :-1]``).
         top: int scalar, the most frequent token.
         tracked: int [q], the tracked query tokens (the low-frequency ones, say).
+        dominance: float scalar, ``top_dominance`` of the sample's contexts
+            (computed at construction).
     """
 
     tokens: Int[Array, "b s1"]
     top: Int[Array, ""]
     tracked: Int[Array, " q"]
+    dominance: Float[Array, ""]
 
     def __init__(
         self,
@@ -100,6 +131,11 @@ class HeadObservables(eqx.Module):
         self.tokens = jnp.asarray(tokens)
         self.top = jnp.asarray(top, dtype=self.tokens.dtype)
         self.tracked = jnp.asarray(tracked, dtype=self.tokens.dtype).reshape(-1)
+        try:
+            ratio = top_dominance(np.asarray(self.tokens)[:, :-1], int(self.top))
+        except (TypeError, IndexError, ValueError):
+            ratio = np.nan  # built under a transformation: unknown
+        self.dominance = jnp.asarray(min(ratio, 1e30), dtype=float)
 
     def __check_init__(self):
         if self.tokens.ndim != 2 or self.tokens.shape[1] < 2:
@@ -169,6 +205,8 @@ class HeadObservables(eqx.Module):
                 jnp.einsum("blhi,bi->lh", on_self, is_tracked), jnp.sum(is_tracked)
             ),
         }
+        out |= _class_signals(jnp, attn, contexts, self.top, is_tracked, top_query)
+        out["top_dominance"] = self.dominance.astype(dtype)
         W_E, W_P = getattr(model, "W_E", None), getattr(model, "W_P", None)
         if W_E is not None and W_P is not None:
             out["sv_W_E"] = singular_values(W_E)

@@ -1,59 +1,51 @@
-"""Per-head stage detection for the deep Transformer (issue 14).
+"""Per-head stage detection for the deep Transformer (issues 14, 55).
 
-``detect_head_stages(trajectory)`` applies the stage rules of docs/markov_cycle.md
-(``gflow.analysis.stages``) to every attention head separately, on the signals that
-``HeadObservables`` records (each with a leading time axis: ``head_entropy``
-[n, l, h], ``head_on_top`` [n, l, h], ``head_tracked_on_top`` [n, l, h, q],
-``head_self`` [n, l, h], ``sv_W_A`` [n, l, h, k]; ``sv_W_E`` [n, k] for a model with
-an embedding). Moves and growths are those of ``StageDetector`` (``closed_moves``,
-``closed_growth``) with its thresholds, causal as there: a stage the run ends before
-closing is ``provisional``.
+``detect_head_stages(trajectory)`` applies the stage rules of docs/stage_rules.md to
+every attention head separately, on the signals that ``HeadObservables`` records
+(each with a leading time axis). The attention rules read *excess* mass: a head's
+mass on a key class (``gflow.analysis.key_classes``: the most frequent token, the
+query's own token, the previous position, the first position, the induction
+target) minus the share uniform causal attention gives it, averaged over the
+sample's query rows (``head_key_excess`` [n, l, h, C]), over the tracked
+low-frequency queries' rows (``head_tracked_key_excess``) or over the most
+frequent token's rows (``head_top_query_excess`` [n, l, h]). A move counts when it
+spans ``margin`` (``StageDetector``); moves are those of ``StageDetector``
+(``closed_moves``, ``closed_growth``), causal: a stage the run ends before closing
+is ``provisional``.
 
-Condensation is global: it is reported once, with ``layer = head = -1``, and it opens
-the window of every head's focus. It runs from the first saved time to
+The paper's stages (``Stage.is_paper_stage``):
 
-- the time ``unigram_gap`` (L - H(π)) has fallen to ``edge`` (5%) of its initial
-  value, when the trajectory records it (as ``detect_stages``);
-- otherwise the end of the first plateau-bound fall of the loss: the end (95%) of the
-  first fall of the loss rate -dL/dt (central differences; |∇L|² for a gradient
-  flow), normalised by its peak so far. This stops at the first plateau even when
-  later stages take the loss far below it, which the total drop of the loss would
-  not. It is closed once the rate's fall is confirmed or its end lies within
-  ``edge`` of a zero rate, where a later rate no lower than zero cannot move it.
+- condensation (global, ``layer = head = -1``): from the first saved time to the
+  time ``unigram_gap`` (L - H(π)) has fallen to ``edge`` (5%) of its initial value,
+  when the trajectory records it; otherwise to the end (95%) of the first fall of
+  the loss rate -dL/dt normalised by its peak so far (closed once that fall is
+  confirmed or its end lies within ``edge`` of a zero rate);
+- focus, cycle 1 (key ``top``): the first rise of the head's excess on the most
+  frequent token over every query row; defined only when that token is at least
+  ``min_dominance`` times as frequent as the next in the sample
+  (``top_dominance``): on a uniform π or on in-context chains the rule, and the
+  paper's stages after it, report nothing, with a warning;
+- dilution, cycle 1 (key ``top``): the first fall of the tracked (low-frequency)
+  queries' excess on the most frequent token after the head's focus starts and
+  before the paper's lifting of cycle 1 ends;
+- asymmetry lifting (global): the growth of σ_{k+1}(W_E) (``sv_W_E``) for cycle
+  k, the first after the first head's paper focus starts (none without one);
+- cycle k ≥ 2, between the end of σ_k(W_E)'s growth and the end of σ_{k+1}(W_E)'s:
+  focus (key ``self``), the first rise of the tracked queries' excess on
+  themselves; dilution (key ``top``), the first fall of the most frequent query's
+  excess on itself.
 
-No condensation (a loss that never falls) opens the windows at the first saved time.
+Other named moves of each head, never counted as the paper's stages (each once
+per head, cycle 1):
 
-Asymmetry lifting comes in two kinds, told apart by where they are:
-
-- the paper's, global (``layer = head = -1``, like condensation): the growth of
-  σ₂(W_E) (σ_{k+1}(W_E) for cycle k), read from ``sv_W_E`` when the run records it
-  (a model with an embedding), after the first head's focus starts (as
-  ``detect_stages``);
-- each head's own (``layer``, ``head`` ≥ 0): the growth of σ₂ of the head's
-  W_A,h = W_Q,h W_K,hᵀ after its focus starts (none when the head width k is 1): the
-  head's attention gaining a second direction, another quantity than a new
-  embedding direction. It delimits the head's cycles, as the online detector's
-  per-head lifting does. On the default one-layer Markov flow the global lifting is
-  σ₂(W_E)'s [124, 338] and the head's σ₂(W_A) grows later, from t ≈ 460
-  (docs/markov_cycle.md, "Horizon").
-
-Cycle 1, per head (l, h):
-
-- focus: the first fall of the head's entropy ``head_entropy[:, l, h]`` after
-  condensation; a head without one has no stage at all;
-- asymmetry_lifting (the head's own): the growth of σ₂(W_A,h) after focus starts;
-- dilution: the first fall of the tracked queries' mean attention on the most
-  frequent token (``head_tracked_on_top[:, l, h, :]`` averaged over q) after focus
-  starts and before the head's lifting ends.
-
-Cycle k ≥ 2, in the window between the end of σ_k(W_A,h)'s growth and the end of
-σ_{k+1}(W_A,h)'s (or the end of the run):
-
-- focus: the first rise of the tracked queries' attention on themselves
-  (``head_self``);
-- dilution: the first fall of the most frequent query's attention on the most
-  frequent token (``head_on_top``);
-- asymmetry_lifting (the head's own): the growth of σ_{k+1}(W_A,h).
+- ``entropy_fall``: the first fall of the head's last-row entropy after
+  condensation (the rule "focus" had before it named its key), with ``key`` the
+  class whose excess rose most over it, ``diffuse`` if none rose by ``margin``;
+- ``self_focus``, ``previous_token_focus``, ``first_position_focus``,
+  ``induction_focus``: the first rise of the excess over every query row on that
+  class;
+- ``head_lifting``: the growth of σ₂, σ₃, ... of the head's own W_A,h = W_Q,h W_K,hᵀ
+  (``sv_W_A``) after condensation, cycle by cycle.
 
 The list is in time order (by t_start, then the stage's place in a cycle, then layer
 and head). A stage still under way at the end of the run ends at the last saved time
@@ -65,19 +57,27 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Float
 
-from gflow.analysis.stage import STAGE_NAMES, Stage
-from gflow.analysis.stages import StageDetector
+from gflow.analysis.key_classes import KEY_CLASSES, moved_onto
+from gflow.analysis.stage import ALL_NAMES, Stage
+from gflow.analysis.stages import StageDetector, has_frequent_token
 from gflow.dynamics.trajectory import Trajectory
 
 #: The metrics ``detect_head_stages`` reads (besides ``loss``).
 HEAD_STAGE_METRICS = (
     "head_entropy",
-    "head_on_top",
-    "head_tracked_on_top",
-    "head_self",
+    "head_key_excess",
+    "head_tracked_key_excess",
+    "head_top_query_excess",
     "sv_W_A",
 )
 
+#: The other moves onto one key class, by the class's index in ``KEY_CLASSES``.
+CLASS_MOVES = {
+    1: "self_focus",
+    2: "previous_token_focus",
+    3: "first_position_focus",
+    4: "induction_focus",
+}
 
 #: The former name of a head's ``Stage`` (one type now; old imports keep working).
 HeadStage = Stage
@@ -134,54 +134,115 @@ def _liftings(detector, t, sv, after, known):
     return out
 
 
-def _head_stages(
+def _paper_focus(detector, t, metrics, layer, head):
+    """The head's cycle-1 focus: the first rise of its excess on the top token."""
+    excess = metrics["head_key_excess"][:, layer, head, 0]
+    return _first(
+        detector.margined().closed_moves(t, excess, sign=+1, window=(t[0], np.inf))
+    )
+
+
+def _other_moves(detector, t, metrics, layer, head, after) -> list[Stage]:
+    """The head's named moves that are not the paper's stages (module docstring)."""
+    excess = metrics["head_key_excess"][:, layer, head, :]  # [n, C]
+    moves = detector.margined()
+    start, known = after
+    out = []
+    ent = metrics["head_entropy"][:, layer, head]
+    fall = _first(detector.closed_moves(t, ent, sign=-1, window=(start, np.inf)))
+    if fall is not None:
+        i0, i1 = np.searchsorted(t, fall[0]), np.searchsorted(t, fall[1])
+        key = moved_onto(excess[i0], excess[i1], detector.margin)
+        out.append(
+            Stage(
+                "entropy_fall",
+                fall[0],
+                fall[1],
+                1,
+                layer,
+                head,
+                provisional=not (known and fall[3]),
+                key=key,
+            )
+        )
+    for c, name in CLASS_MOVES.items():
+        rise = _first(
+            moves.closed_moves(t, excess[:, c], sign=+1, window=(t[0], np.inf))
+        )
+        if rise is not None:
+            out.append(
+                Stage(
+                    name,
+                    rise[0],
+                    rise[1],
+                    1,
+                    layer,
+                    head,
+                    provisional=not rise[3],
+                    key=KEY_CLASSES[c],
+                )
+            )
+    sv = metrics["sv_W_A"][:, layer, head, :]  # [n, k]
+    for cycle, lift in enumerate(_liftings(detector, t, sv, start, known), start=1):
+        out.append(
+            Stage(
+                "head_lifting",
+                lift[0],
+                lift[1],
+                cycle,
+                layer,
+                head,
+                provisional=not lift[2],
+            )
+        )
+    return out
+
+
+def _paper_head_stages(
     detector: StageDetector,
     t: Float[np.ndarray, " n"],
     metrics: dict[str, np.ndarray],
     layer: int,
     head: int,
-    after: tuple[float, bool],
+    lifts: list[tuple[float, float, bool]],
 ) -> list[Stage]:
-    """The stages of one head, cycle by cycle (module docstring)."""
-    ent = metrics["head_entropy"][:, layer, head]
-    tracked = metrics["head_tracked_on_top"][:, layer, head, :]  # [n, q]
-    self_attn = metrics["head_self"][:, layer, head]
-    top_on_top = metrics["head_on_top"][:, layer, head]
-
-    def stage(name, span, cycle, closed):
-        return Stage(name, span[0], span[1], cycle, layer, head, provisional=not closed)
-
-    start, known = after
-    focus = _first(detector.closed_moves(t, ent, sign=-1, window=(start, np.inf)))
+    """The paper's focus and dilution of one head, cycle by cycle (module
+    docstring); ``lifts``: the global liftings of σ(W_E)."""
+    focus = _paper_focus(detector, t, metrics, layer, head)
     if focus is None:
         return []
-    stages = [stage("focus", focus, 1, known and focus[3])]
-    known = known and focus[3]
-    sv = metrics["sv_W_A"][:, layer, head, :]  # [n, k]
-    lifts = _liftings(detector, t, sv, focus[0], known)
-    windows = [(focus[0], known)] + [(lift[1], lift[2]) for lift in lifts]
+    moves = detector.margined()
+
+    def stage(name, span, cycle, closed, key):
+        return Stage(
+            name, span[0], span[1], cycle, layer, head, provisional=not closed, key=key
+        )
+
+    known = bool(focus[3])
+    stages = [stage("focus", focus, 1, known, "top")]
+    tracked_top = metrics["head_tracked_key_excess"][:, layer, head, 0]
+    tracked_self = metrics["head_tracked_key_excess"][:, layer, head, 1]
+    top_on_top = metrics["head_top_query_excess"][:, layer, head]
+    windows = [(focus[0], known)] + [(lift[1], known and lift[2]) for lift in lifts]
     for cycle, (w0, w0_known) in enumerate(windows, start=1):
-        if cycle > 1:
-            stages.append(
-                stage("asymmetry_lifting", lifts[cycle - 2], cycle - 1, w0_known)
-            )
         end = lifts[cycle - 1] if cycle - 1 < len(lifts) else None
         window = (w0, end[1] if end is not None else np.inf)
         closed_end = end is not None and end[2] and w0_known
         if cycle == 1:
-            if not tracked.shape[1]:  # no tracked query, no dilution signal
-                continue
-            signals = [("dilution", tracked.mean(axis=1), -1)]
+            signals = [("dilution", tracked_top, -1, "top")]
         else:
-            signals = [("focus", self_attn, +1), ("dilution", top_on_top, -1)]
-        for name, signal, sign in signals:
+            signals = [
+                ("focus", tracked_self, +1, "self"),
+                ("dilution", top_on_top, -1, "top"),
+            ]
+        for name, signal, sign, key in signals:
             found = _first(
-                detector.closed_moves(
+                moves.closed_moves(
                     t, signal, sign=sign, window=window, closed_end=closed_end
                 )
             )
             if found is not None:
-                stages.append(stage(name, found, cycle, w0_known and found[3]))
+                stages.append(stage(name, found, cycle, w0_known and found[3], key))
     return stages
 
 
@@ -191,7 +252,8 @@ def _checked_metrics(trajectory: Trajectory) -> tuple[np.ndarray, dict]:
     if missing:
         raise ValueError(
             f"detect_head_stages needs the metrics {missing}; record them with "
-            "observables=HeadObservables(...)"
+            "observables=HeadObservables(...) (runs saved before gflow recorded "
+            "the key-class excess keep the stages they wrote)"
         )
     t = np.asarray(trajectory.t, float)
     metrics = {k: np.asarray(m[k], float) for k in HEAD_STAGE_METRICS}
@@ -203,6 +265,12 @@ def _checked_metrics(trajectory: Trajectory) -> tuple[np.ndarray, dict]:
                 f"metric {k!r} has shape {shape}; expected [{t.size}, {n_layers}, "
                 f"{n_heads}, ...] like head_entropy"
             )
+    for k in ("head_key_excess", "head_tracked_key_excess"):
+        if metrics[k].shape[3:] != (len(KEY_CLASSES),):
+            raise ValueError(
+                f"metric {k!r} must have {len(KEY_CLASSES)} key classes "
+                f"{KEY_CLASSES} on its last axis, got shape {metrics[k].shape}"
+            )
     return t, metrics
 
 
@@ -213,17 +281,18 @@ def detect_head_stages(
 
     Args:
         trajectory: a Trajectory whose metrics hold ``loss`` and the
-            ``HeadObservables`` metrics ``head_entropy`` [n, l, h], ``head_on_top``
-            [n, l, h], ``head_tracked_on_top`` [n, l, h, q], ``head_self`` [n, l, h]
-            and ``sv_W_A`` [n, l, h, k]; ``sv_W_E`` [n, k] and ``unigram_gap`` [n]
-            are used when present.
+            ``HeadObservables`` metrics ``head_entropy`` [n, l, h],
+            ``head_key_excess`` and ``head_tracked_key_excess`` [n, l, h, C],
+            ``head_top_query_excess`` [n, l, h] and ``sv_W_A`` [n, l, h, k];
+            ``sv_W_E`` [n, k], ``top_dominance`` [n] and ``unigram_gap`` [n] are
+            used when present.
         detector: the thresholds (default ``StageDetector()``).
 
     Returns:
-        ``Stage`` list: the global condensation and, with ``sv_W_E``, the global
-        (paper's) asymmetry liftings of σ(W_E) (layer = head = -1), and each head's
-        focus, dilution and own lifting of σ(W_A,h) per cycle (rules: module
-        docstring), sorted by t_start, stage order in a cycle, layer, head.
+        ``Stage`` list: the global condensation and the paper's liftings of σ(W_E)
+        (layer = head = -1), each head's paper focus and dilution per cycle with
+        the key class they moved onto, and each head's other named moves (rules:
+        module docstring), sorted by t_start, stage order, layer, head.
     """
     detector = StageDetector() if detector is None else detector
     t, metrics = _checked_metrics(trajectory)
@@ -237,36 +306,47 @@ def detect_head_stages(
         )
     after = (cond[1], cond[2]) if cond is not None else (float(t[0]), True)
     heads = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
-    if "sv_W_E" in m:
+    for layer, head in heads:
+        stages += _other_moves(detector, t, metrics, layer, head, after)
+    frequent = True
+    if "top_dominance" in m:
+        dominance = float(np.asarray(m["top_dominance"], float).ravel()[0])
+        frequent = np.isnan(dominance) or has_frequent_token(
+            [dominance, 1.0], detector.min_dominance, "detect_head_stages"
+        )
+    if not frequent:
+        return _sorted(stages)
+    # the paper's lifting opens once some head has begun its paper focus
+    starts = []
+    for layer, head in heads:
+        f = _paper_focus(detector, t, metrics, layer, head)
+        if f is not None:
+            starts.append((f[0], bool(f[3])))
+    lifts = []
+    if starts and "sv_W_E" in m:
         sv_E = np.asarray(m["sv_W_E"], float)  # [n, k]
-        # the paper's lifting opens once some head has begun to focus
-        starts = []
-        for layer, head in heads:
-            ent = metrics["head_entropy"][:, layer, head]
-            f = _first(
-                detector.closed_moves(t, ent, sign=-1, window=(after[0], np.inf))
-            )
-            if f is not None:
-                starts.append((f[0], after[1] and f[3]))
-        lifts = []
-        if starts and sv_E.shape[1] > 1:
+        if sv_E.shape[1] > 1:
             first = min(starts)
             lifts = _liftings(detector, t, sv_E, first[0], first[1])
-        for cycle, lift in enumerate(lifts, start=1):
-            stages.append(
-                Stage(
-                    "asymmetry_lifting",
-                    lift[0],
-                    lift[1],
-                    cycle,
-                    -1,
-                    -1,
-                    provisional=not lift[2],
-                )
+    for cycle, lift in enumerate(lifts, start=1):
+        stages.append(
+            Stage(
+                "asymmetry_lifting",
+                lift[0],
+                lift[1],
+                cycle,
+                -1,
+                -1,
+                provisional=not lift[2],
             )
+        )
     for layer, head in heads:
-        stages += _head_stages(detector, t, metrics, layer, head, after)
+        stages += _paper_head_stages(detector, t, metrics, layer, head, lifts)
+    return _sorted(stages)
+
+
+def _sorted(stages: list[Stage]) -> list[Stage]:
     return sorted(
         stages,
-        key=lambda s: (s.t_start, STAGE_NAMES.index(s.stage), s.layer, s.head),
+        key=lambda s: (s.t_start, ALL_NAMES.index(s.stage), s.layer, s.head),
     )

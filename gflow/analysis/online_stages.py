@@ -9,45 +9,49 @@ interval after the crossing happened (``every`` steps for the monitor), except
 condensation, whose rate of fall is measured over the last ``window`` intervals
 (at most ``window`` intervals late). ``delay(dt)`` gives the bound.
 
-The thresholds are those of ``StageDetector`` (``edge``, ``min_amplitude``,
-``growth_start``, ``min_growth``); the rules are the offline ones of
-``gflow.analysis.head_stages`` with the relative thresholds, which need the whole
-run, replaced by the absolute ones:
+The rules are the offline ones of ``gflow.analysis.head_stages`` (docs/stage_rules.md)
+with the relative thresholds, which need the whole run, replaced by absolute ones
+(``StageDetector``'s ``edge``, ``min_amplitude``, ``margin``, ``growth_start``,
+``min_growth``). The attention rules read the key-class excess signals
+(``head_key_excess`` and ``head_tracked_key_excess`` [l, h, C], class order
+``gflow.analysis.key_classes.KEY_CLASSES``; ``head_top_query_excess`` [l, h]):
 
 - condensation (global, layer = head = -1): the probe loss has fallen by at least
   ``min_amplitude`` from its first value, and its rate of fall over the last
-  ``window`` intervals, past its peak, is at most ``edge`` of the peak (the end of
-  the first fall of the loss rate, as offline);
-- focus, cycle 1 (per head, reported no earlier than condensation): the head's
-  entropy ``head_entropy`` is ``min_amplitude`` nats below its running maximum since
-  the first observation (a head that collapsed while the loss was still falling is
-  reported with condensation; its ``t_onset`` tells when it began);
-- dilution, cycle 1 (after the head's focus, until its asymmetry lifting): the
-  tracked queries' mean attention on the most frequent token
-  (``head_tracked_on_top``) is ``min_amplitude`` below its running maximum since the
-  focus;
-- asymmetry lifting, cycle c: σ_{c+1}(W_A,h) (``sv_W_A``) has grown ``min_growth``-fold
-  above its running minimum since the cycle's focus (c = 1) or since the previous
-  lifting; the event's ``t_onset`` is when the growth passed ``growth_start``
-  (ln 2, the offline start);
-- asymmetry lifting of the embedding, cycle c (global, layer = head = -1; the
-  one-layer rule of MODEL.md §6): σ_{c+1}(W_E) (``sv_W_E``, when the model has
-  W_E) has grown ``min_growth``-fold above its running minimum since the first
-  head's focus (c = 1) or since the previous one;
-- cycle c ≥ 2 of a head (opened by its lifting of cycle c - 1): focus when the tracked
-  queries' attention on themselves (``head_self``) is ``min_amplitude`` above its
-  running minimum, dilution when the most frequent query's attention on the most
-  frequent token (``head_on_top``) is ``min_amplitude`` below its running maximum,
-  both since the cycle opened.
+  ``window`` intervals, past its peak, is at most ``edge`` of the peak;
+- the paper's focus, cycle 1 (key ``top``; only with ``frequent_token``): the
+  head's excess on the most frequent token over every query row has risen
+  ``margin`` above its running minimum since the first observation (reported no
+  earlier than condensation; ``t_onset`` tells when it began);
+- the paper's dilution, cycle 1 (key ``top``): after the head's focus, the tracked
+  queries' excess on the most frequent token is ``margin`` below its running
+  maximum since the focus;
+- the paper's asymmetry lifting, cycle c (global): σ_{c+1}(W_E) (``sv_W_E``) has
+  grown ``min_growth``-fold above its running minimum since the first head's paper
+  focus (c = 1) or since the previous one (``t_onset``: when the growth passed
+  ``growth_start``); each opens cycle c + 1 of every head that has focused;
+- cycle c ≥ 2 of a head: focus (key ``self``) when the tracked queries' excess on
+  themselves is ``margin`` above its running minimum, dilution (key ``top``) when
+  the most frequent query's excess on itself is ``margin`` below its running
+  maximum, both since the cycle opened.
 
-Each rule fires once per head and cycle. An event is a ``Stage``
-(``gflow.analysis.stage``) at the instant it was reported: ``stage``, ``layer``,
-``head``, ``cycle``, ``step``, ``t_start = t_end`` (the report time), ``onset``
-(when the move began: the last observation at which the signal was within ``edge``
-(5%) of the threshold of the extremum it is measured from; for a lifting, when the
-growth passed ``growth_start``), ``signal``, ``value``, ``reference`` (that
-extremum) and ``threshold``; ``Stage.to_dict`` writes it as the monitor's
-events.jsonl line (``event``, ``t``, ``t_onset``, ...).
+The other named moves (never the paper's stages), each once per head:
+``entropy_fall`` (the head's entropy ``min_amplitude`` nats below its running
+maximum since the first observation; ``key``: the class whose excess rose most from
+its onset to its report, or ``diffuse``), ``self_focus``, ``previous_token_focus``,
+``first_position_focus``, ``induction_focus`` (that class's excess over every query
+row ``margin`` above its running minimum), all reported no earlier than
+condensation, and ``head_lifting`` cycle c (σ_{c+1}(W_A,h), ``sv_W_A``, grown
+``min_growth``-fold above its running minimum since condensation or the head's
+previous one).
+
+An event is a ``Stage`` (``gflow.analysis.stage``) at the instant it was reported:
+``stage``, ``layer``, ``head``, ``cycle``, ``step``, ``t_start = t_end`` (the report
+time), ``onset`` (when the move began: the last observation at which the signal
+was within ``edge`` (5%) of the threshold of the extremum it is measured from; for
+a lifting, when the growth passed ``growth_start``), ``signal``, ``value``,
+``reference`` (that extremum), ``threshold`` and ``key``; ``Stage.to_dict`` writes
+it as the monitor's events.jsonl line.
 """
 
 from __future__ import annotations
@@ -59,17 +63,27 @@ from collections.abc import Mapping
 import numpy as np
 from jaxtyping import ArrayLike
 
+from gflow.analysis.key_classes import KEY_CLASSES, moved_onto
 from gflow.analysis.stage import Stage
 from gflow.analysis.stages import StageDetector
 
-#: The signals ``OnlineStageDetector.update`` needs (``sv_W_A`` is optional).
+#: The signals ``OnlineStageDetector.update`` needs (``sv_W_A`` and ``sv_W_E`` are
+#: optional).
 ONLINE_SIGNALS = (
     "loss",
     "head_entropy",
-    "head_on_top",
-    "head_tracked_on_top",
-    "head_self",
+    "head_key_excess",
+    "head_tracked_key_excess",
+    "head_top_query_excess",
 )
+
+#: The other moves onto one key class, by the class's index in ``KEY_CLASSES``.
+_CLASS_MOVES = {
+    1: "self_focus",
+    2: "previous_token_focus",
+    3: "first_position_focus",
+    4: "induction_focus",
+}
 
 
 def _event(
@@ -85,6 +99,7 @@ def _event(
     value: float,
     reference: float,
     threshold: float,
+    key: str | None = None,
 ) -> Stage:
     """The event ``name`` of a head (layer = head = -1: a global one) reported at
     (step, t)."""
@@ -102,6 +117,7 @@ def _event(
         value=float(value),
         reference=float(reference),
         threshold=float(threshold),
+        key=key,
     )
 
 
@@ -135,8 +151,10 @@ class _Move:
 
 
 def _head_signal(x: dict[str, np.ndarray], name: str, layer: int, head: int) -> float:
-    if name == "tracked_mean":
-        return float(np.mean(x["head_tracked_on_top"][layer, head]))
+    """The scalar signal ``name`` of head (layer, head) in the observation ``x``."""
+    for prefix in ("head_tracked_key_excess", "head_key_excess"):
+        if name.startswith(prefix + ":"):  # one key class: "<metric>:<index>"
+            return float(x[prefix][layer, head, int(name.split(":")[1])])
     if name.startswith("log_sv_W_A"):  # ln σ_i(W_A,h), i = the suffix
         sv = x["sv_W_A"][layer, head, int(name[len("log_sv_W_A") :])]
         return math.log(max(float(sv), 1e-300))
@@ -146,14 +164,29 @@ def _head_signal(x: dict[str, np.ndarray], name: str, layer: int, head: int) -> 
     return float(x[name][layer, head])
 
 
+@dataclasses.dataclass
+class _Rule:
+    """One open rule: the stage it reports, its signal, its move, its cycle and the
+    key class it names."""
+
+    stage: str
+    signal: str
+    move: _Move
+    cycle: int
+    key: str | None = None
+    pending: float | None = None  # the value at a crossing before condensation
+
+
 class _Head:
-    """The open rules of one head (or of the embedding, layer = head = -1): stage
-    name -> (signal, move)."""
+    """The open rules of one head (or of the embedding, layer = head = -1)."""
 
     def __init__(self, layer: int, head: int):
-        self.layer, self.head, self.cycle = layer, head, 1
-        self.rules: dict[str, tuple[str, _Move]] = {}
+        self.layer, self.head = layer, head
+        self.cycle = 1  # the paper's cycle (the embedding: its next lifting's)
+        self.lift_cycle = 1  # the head's own lifting's
+        self.rules: dict[str, _Rule] = {}
         self.opened = False
+        self.focused = False
 
 
 class OnlineStageDetector:
@@ -162,13 +195,23 @@ class OnlineStageDetector:
     Args:
         detector: the thresholds (default ``StageDetector()``).
         window: observation intervals over which the loss' rate of fall is measured.
+        frequent_token: whether the data has a most frequent token (the paper's
+            cycle-1 focus onto it is defined only then: ``top_dominance`` at least
+            ``min_dominance``); False silences the paper's stages.
     """
 
-    def __init__(self, detector: StageDetector | None = None, *, window: int = 2):
+    def __init__(
+        self,
+        detector: StageDetector | None = None,
+        *,
+        window: int = 2,
+        frequent_token: bool = True,
+    ):
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a positive integer, got {window!r}")
         self.detector = StageDetector() if detector is None else detector
         self.window = window
+        self.frequent_token = bool(frequent_token)
         self.events: list[Stage] = []
         self._heads: list[_Head] | None = None
         self._shape: tuple[int, ...] | None = None
@@ -177,7 +220,7 @@ class OnlineStageDetector:
         self._peak_rate = 0.0
         self._condensed = False
         self._last_t: float | None = None
-        self._ent_max = self._ent_near = None  # each head's entropy maximum so far
+        self._history: list[tuple[float, np.ndarray]] = []  # (t, head_key_excess)
         self._embedding = _Head(-1, -1)  # σ(W_E)'s liftings
 
     def delay(self, dt: float) -> float:
@@ -202,29 +245,38 @@ class OnlineStageDetector:
             self._heads = [
                 _Head(i, j) for i in range(shape[0]) for j in range(shape[1])
             ]
+            for head in self._heads:  # measured from the first observation
+                self._open_first(head, x, float(t))
         elif shape != self._shape:
             raise ValueError(f"head_entropy changed shape {self._shape} -> {shape}")
         t = float(t)
         if self._last_t is not None and not t > self._last_t:
             raise ValueError(f"times must increase: {t} after {self._last_t}")
         self._last_t = t
+        self._history.append((t, x["head_key_excess"].copy()))
         new: list[Stage] = []
         if not self._condensed:
-            ent = x["head_entropy"]
-            if self._ent_max is None:
-                self._ent_max, self._ent_near = ent.copy(), np.full(shape, t)
-            self._ent_max = np.maximum(ent, self._ent_max)
-            near = (
-                self._ent_max - ent <= self.detector.edge * self.detector.min_amplitude
-            )
-            self._ent_near = np.where(near, t, self._ent_near)
+            for head in self._heads:  # track the moves; report after condensation
+                for rule in head.rules.values():
+                    value = _head_signal(x, rule.signal, head.layer, head.head)
+                    if rule.move.crossed(value, t) and rule.pending is None:
+                        rule.pending = value
             self._condensation(step, t, float(x["loss"]), x, new)
-        else:
+        if self._condensed:
             for head in self._heads:
                 self._step_head(head, step, t, x, new)
             self._step_embedding(step, t, x, new)
         self.events += new
         return new
+
+    def _open_first(self, head: _Head, x, t) -> None:
+        """The rules measured from the first observation."""
+        d = self.detector
+        if self.frequent_token:
+            self._open(head, "focus", "head_key_excess:0", +1, x, t, key="top")
+        self._open(head, "entropy_fall", "head_entropy", -1, x, t, d.min_amplitude)
+        for c, name in _CLASS_MOVES.items():
+            self._open(head, name, f"head_key_excess:{c}", +1, x, t, key=KEY_CLASSES[c])
 
     def _condensation(self, step, t, loss, x, new) -> None:
         if self._first is None:
@@ -255,38 +307,36 @@ class OnlineStageDetector:
                     threshold=d.min_amplitude,
                 )
             )
-            for head in self._heads:  # every head's focus window opens, measured
-                self._open(head, "focus", "head_entropy", -1, x, t)  # from the
-                _, move = head.rules["focus"]  # highest entropy so far: a head that
-                move.ref = float(self._ent_max[head.layer, head.head])  # fell while
-                move.near = float(self._ent_near[head.layer, head.head])  # the loss
-                self._step_head(head, step, t, x, new)  # did is reported at once
+            for head in self._heads:  # the heads' own liftings open here
+                self._open_lift(head, x, t)
 
-    def _open(self, head: _Head, stage, signal, sign, x, t, amount=None, start=None):
+    def _open(self, head, stage, signal, sign, x, t, amount=None, start=None, key=None):
         d = self.detector
         value = _head_signal(x, signal, head.layer, head.head)
         move = _Move(
             sign,
-            d.min_amplitude if amount is None else amount,
+            d.margin if amount is None else amount,
             value,
             t,
             start=math.inf if start is None else start,
             edge=d.edge,
             near=t,
         )
-        head.rules[stage] = (signal, move)
+        cycle = head.lift_cycle if stage == "head_lifting" else head.cycle
+        head.rules[stage] = _Rule(stage, signal, move, cycle, key)
 
     def _open_lift(self, head: _Head, x, t) -> None:
         """σ_{c+1}'s growth (of W_A,h for a head, of W_E for the embedding), when the
-        model gives enough singular values."""
-        name = "sv_W_E" if head.layer < 0 else "sv_W_A"
+        observation gives enough singular values."""
+        emb = head.layer < 0
+        name, c = ("sv_W_E", head.cycle) if emb else ("sv_W_A", head.lift_cycle)
         sv = x.get(name)
-        if sv is not None and sv.shape[-1] > head.cycle:
+        if sv is not None and sv.shape[-1] > c:
             d = self.detector
             self._open(
                 head,
-                "asymmetry_lifting",
-                f"log_{name}{head.cycle}",
+                "asymmetry_lifting" if emb else "head_lifting",
+                f"log_{name}{c}",
                 +1,
                 x,
                 t,
@@ -295,53 +345,79 @@ class OnlineStageDetector:
             )
 
     def _step_embedding(self, step, t, x, new) -> None:
-        """σ(W_E)'s liftings: the first opens at the first head's focus."""
+        """σ(W_E)'s liftings: the first opens at the first head's paper focus; each
+        opens the next paper cycle of every head that has focused."""
         emb = self._embedding
-        if not emb.opened and any(e.stage == "focus" for e in self.events + new):
+        if not emb.opened and any(h.focused for h in self._heads):
             emb.opened = True
             self._open_lift(emb, x, t)
-        self._step_head(emb, step, t, x, new)
+        fired = self._step_rules(emb, step, t, x, new)
+        if fired:
+            emb.cycle += 1
+            self._open_lift(emb, x, t)
+            for head in self._heads:
+                if head.focused:
+                    for stage in ("focus", "dilution"):
+                        head.rules.pop(stage, None)
+                    head.cycle = emb.cycle
+                    self._open(
+                        head, "focus", "head_tracked_key_excess:1", +1, x, t, key="self"
+                    )
+                    self._open(
+                        head, "dilution", "head_top_query_excess", -1, x, t, key="top"
+                    )
 
-    def _step_head(self, head: _Head, step, t, x, new) -> None:
+    def _step_rules(self, head: _Head, step, t, x, new) -> list[str]:
         fired = []
-        for stage, (signal, move) in list(head.rules.items()):
-            value = _head_signal(x, signal, head.layer, head.head)
+        for stage, rule in list(head.rules.items()):
+            value = _head_signal(x, rule.signal, head.layer, head.head)
+            move = rule.move
             if not move.crossed(value, t):
-                continue
+                if rule.pending is None:
+                    continue
+                value = rule.pending  # crossed before condensation: report it now
             del head.rules[stage]
             fired.append(stage)
-            lift = stage == "asymmetry_lifting"
+            lift = stage in ("asymmetry_lifting", "head_lifting")
             onset = move.onset if lift else move.near
-            shown = math.exp(value) if lift else value
-            ref = math.exp(move.ref) if lift else move.ref
-            amount = math.exp(move.amount) if lift else move.amount
+            key = rule.key
+            if stage == "entropy_fall":
+                key = moved_onto(
+                    self._excess_at(onset)[head.layer, head.head],
+                    x["head_key_excess"][head.layer, head.head],
+                    self.detector.margin,
+                )
             new.append(
                 _event(
                     stage,
                     head.layer,
                     head.head,
-                    head.cycle,
+                    rule.cycle,
                     step,
                     t,
                     onset=onset,
-                    signal=signal[4:-1] if lift else signal,
-                    value=shown,
-                    reference=ref,
-                    threshold=amount,
+                    signal=rule.signal[4:-1] if lift else rule.signal,
+                    value=math.exp(value) if lift else value,
+                    reference=math.exp(move.ref) if lift else move.ref,
+                    threshold=math.exp(move.amount) if lift else move.amount,
+                    key=key,
                 )
             )
-        if head.layer < 0:  # the embedding: its cycles are its liftings
-            if fired:
-                head.cycle += 1
-                self._open_lift(head, x, t)
-            return
+        return fired
+
+    def _excess_at(self, t: float) -> np.ndarray:
+        """``head_key_excess`` at the last observation at or before ``t``."""
+        times = [h[0] for h in self._history]
+        i = max(int(np.searchsorted(times, t, side="right")) - 1, 0)
+        return self._history[i][1]
+
+    def _step_head(self, head: _Head, step, t, x, new) -> None:
+        fired = self._step_rules(head, step, t, x, new)
         if "focus" in fired and head.cycle == 1:
-            if x["head_tracked_on_top"].shape[-1]:  # no tracked query: no dilution
-                self._open(head, "dilution", "tracked_mean", -1, x, t)
-            self._open_lift(head, x, t)
-        if "asymmetry_lifting" in fired:  # the next cycle opens
-            head.rules.clear()
-            head.cycle += 1
-            self._open(head, "focus", "head_self", +1, x, t)
-            self._open(head, "dilution", "head_on_top", -1, x, t)
+            head.focused = True
+            self._open(
+                head, "dilution", "head_tracked_key_excess:0", -1, x, t, key="top"
+            )
+        if "head_lifting" in fired:
+            head.lift_cycle += 1
             self._open_lift(head, x, t)

@@ -20,10 +20,17 @@ run is continued; a closed stage (the default) is the same on every longer horiz
 (docs/markov_cycle.md, "Horizon").
 
 ``to_dict`` writes each as its files have always held it: stages.json entries
-``{"stage", "t_start", "t_end", "cycle"[, "layer", "head"][, "provisional"]}``
-(``"provisional": true`` only on a provisional stage) and events.jsonl lines
-``{"event", "layer", "head", "cycle", "step", "t", "t_onset", "signal", "value",
-"reference", "threshold"}``; ``from_dict`` reads either back.
+``{"stage", "t_start", "t_end", "cycle"[, "layer", "head"][, "provisional"][,
+"key"]}`` (``"provisional": true`` only on a provisional stage, ``"key"`` only on an
+attention move) and events.jsonl lines ``{"event", "layer", "head", "cycle", "step",
+"t", "t_onset", "signal", "value", "reference", "threshold", "key"}``;
+``from_dict`` reads either back (files written before ``key`` existed too).
+
+The paper's stages are ``STAGE_NAMES``; the other moves a head makes
+(``MOVE_NAMES``: an entropy fall onto any key, a focus onto itself outside the
+paper's cycle, onto the previous or the first position, an induction focus, the
+growth of σ₂ of a head's own W_A,h) are stages of this type too, never counted as
+the paper's (``is_paper_stage``).
 """
 
 from __future__ import annotations
@@ -32,8 +39,23 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-#: Stage names in the order they occur within a cycle.
+#: The paper's stage names, in the order they occur within a cycle.
 STAGE_NAMES = ("condensation", "focus", "dilution", "asymmetry_lifting")
+#: Other named moves of a head: reported with the key class they moved onto, never
+#: counted as the paper's stages (docs/stage_rules.md).
+MOVE_NAMES = (
+    "entropy_fall",
+    "self_focus",
+    "previous_token_focus",
+    "first_position_focus",
+    "induction_focus",
+    "head_lifting",
+)
+#: Every name a ``Stage`` may carry, paper stages first.
+ALL_NAMES = STAGE_NAMES + MOVE_NAMES
+#: The values of ``Stage.key``: the key classes of ``gflow.analysis.key_classes``
+#: and ``diffuse`` (a move onto none of them).
+KEY_NAMES = ("top", "self", "previous", "first", "induction", "diffuse")
 
 # the fields an online event has and an offline stage has not
 _EVENT_FIELDS = ("onset", "step", "signal", "value", "reference", "threshold")
@@ -56,6 +78,9 @@ class Stage:
             then, the extremum it moved away from and the move that counts.
         provisional: an offline stage the run ended before closing (module
             docstring); always False for an online event.
+        key: the key class the attention mass moved onto (a focus) or from (a
+            dilution), measured over the move (``KEY_NAMES``); None for stages
+            that are no attention move (condensation, liftings).
     """
 
     stage: str
@@ -72,10 +97,15 @@ class Stage:
     reference: float | None = None
     threshold: float | None = None
     provisional: bool = False
+    key: str | None = None
 
     def __post_init__(self):
-        if self.stage not in STAGE_NAMES:
-            raise ValueError(f"stage name must be one of {STAGE_NAMES}")
+        if self.stage not in ALL_NAMES:
+            raise ValueError(f"stage name must be one of {ALL_NAMES}")
+        if self.key is not None and self.key not in KEY_NAMES:
+            raise ValueError(
+                f"key must be None or one of {KEY_NAMES}, got {self.key!r}"
+            )
         if not self.t_end >= self.t_start:
             raise ValueError(f"t_end {self.t_end} < t_start {self.t_start}")
         where = (self.layer, self.head)
@@ -110,6 +140,12 @@ class Stage:
         return self.stage
 
     @property
+    def is_paper_stage(self) -> bool:
+        """Whether this is one of the paper's stages (``STAGE_NAMES``), not another
+        named move (``MOVE_NAMES``)."""
+        return self.stage in STAGE_NAMES
+
+    @property
     def is_event(self) -> bool:
         """Whether this is an online event (it has ``step``, ``onset``, ...)."""
         return self.step is not None
@@ -130,6 +166,7 @@ class Stage:
                 "value": float(self.value),
                 "reference": float(self.reference),
                 "threshold": float(self.threshold),
+                "key": self.key,
             }
         out = {
             "stage": self.stage,
@@ -141,6 +178,8 @@ class Stage:
             out |= {"layer": int(self.layer), "head": int(self.head)}
         if self.provisional:
             out["provisional"] = True
+        if self.key is not None:
+            out["key"] = self.key
         return out
 
     @classmethod
@@ -162,6 +201,7 @@ class Stage:
                 value=float(d["value"]),
                 reference=float(d["reference"]),
                 threshold=float(d["threshold"]),
+                key=d.get("key"),
             )
         layer, head = d.get("layer"), d.get("head")
         return cls(
@@ -172,4 +212,5 @@ class Stage:
             None if layer is None else int(layer),
             None if head is None else int(head),
             provisional=bool(d.get("provisional", False)),
+            key=d.get("key"),
         )

@@ -7,24 +7,38 @@ points (a zigzag with a relative threshold), and a stage spans the move from the
 the signal has covered ``edge`` (5%) of it to the time it has covered 95%. The
 thresholds are the fields of a ``StageDetector``; ``detect_stages`` uses the defaults.
 
-Cycle 1 (the rules are in docs/markov_cycle.md with the numbers they give):
+Every attention rule reads an *excess*: the attention mass on a key class minus
+what the attention rows at init give it (π: uniform attention over the stationary
+keys), so a focus is a move above that baseline, not a level; it counts when it
+spans ``margin`` (docs/stage_rules.md, the same rules per head and online).
+
+Cycle 1 (the numbers they give are in docs/markov_cycle.md):
 
 - condensation: the loss falls from its initial value onto the unigram plateau H(π);
   it starts at t0 (W_E and W_P grow from the first instant, the loss lags) and ends
   when L - H(π) has fallen to 5% of its initial value.
-- focus: the first fall of the π-weighted attention entropy after condensation.
-- dilution: the first fall of the low-frequency queries' mean attention on the most
-  frequent token after focus has started.
-- asymmetry_lifting: the growth of σ₂(W_E); it starts once ln σ₂ has risen by ln 2
-  above its minimum and ends when its growth rate has fallen to a quarter of its peak
-  for good (σ₃ of the default flow grows in two phases with a lull between them, near
-  t = 3000; the lifting of cycle 2 spans both).
+- focus (key ``top``): the first rise of the π-weighted excess on the most frequent
+  token, Σ_q π_q (A_q,top - π_top); defined only where that token is at least
+  ``min_dominance`` times as frequent as the next (not on a uniform π: the rule and
+  the stages after it then report nothing, with a warning).
+- dilution (key ``top``): the first fall of the low-frequency queries' excess on
+  the most frequent token after focus has started.
+- asymmetry_lifting: the growth of σ₂(W_E) after focus has started; it starts once
+  ln σ₂ has risen by ln 2 above its minimum and ends when its growth rate has fallen
+  to a quarter of its peak for good (σ₃ of the default flow grows in two phases with
+  a lull between them, near t = 3000; the lifting of cycle 2 spans both).
 
 Cycle k ≥ 2 (the next cycle opens once σ_k(W_E) has grown):
 
-- focus: a rise of the low-frequency queries' π-weighted attention on themselves;
-- dilution: a fall of the most frequent query's attention on the most frequent token;
+- focus (key ``self``): a rise of the low-frequency queries' π-weighted excess on
+  themselves, Σ_q w_q (A_qq - π_q);
+- dilution (key ``top``): a fall of the most frequent query's excess on itself;
 - asymmetry_lifting: the growth of σ_{k+1}(W_E), as above.
+
+Besides the paper's stages, the first fall of the attention entropy after
+condensation (the rule "focus" had before it named its key) is reported as the move
+``entropy_fall``, with the key class whose excess rose most over it (``top``,
+``self`` or ``diffuse``); it is never counted as a paper stage.
 
 A stage still under way at the end of the trajectory ends at the last saved time.
 """
@@ -32,12 +46,14 @@ A stage still under way at the end of the trajectory ends at the last saved time
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
 from jaxtyping import ArrayLike, Real
 
-from gflow.analysis.stage import STAGE_NAMES, Stage
+from gflow.analysis.key_classes import KEY_CLASSES, moved_onto
+from gflow.analysis.stage import ALL_NAMES, STAGE_NAMES, Stage  # noqa: F401
 from gflow.array_types import RealVector
 from gflow.dynamics.trajectory import Trajectory
 
@@ -91,6 +107,31 @@ def _first(candidates):
     return candidates[0] if candidates else None
 
 
+def _sorted(stages: list[Stage]) -> list[Stage]:
+    """Stages by start time, then their place in a cycle (other moves last)."""
+    return sorted(stages, key=lambda s: (s.t_start, ALL_NAMES.index(s.stage)))
+
+
+def has_frequent_token(shares, min_dominance: float, who: str) -> bool:
+    """Whether the most frequent token of ``shares`` (π, or token counts) is at
+    least ``min_dominance`` times as frequent as the next one; when it is not, the
+    paper's cycle-1 focus (a move onto that token) is not defined, and a warning
+    says that ``who`` reports none."""
+    shares = np.sort(np.asarray(shares, float).ravel())[::-1]
+    if shares.size < 2 or shares[1] <= 0:
+        return True
+    ratio = shares[0] / shares[1]
+    if ratio >= min_dominance:
+        return True
+    warnings.warn(
+        f"{who}: no most frequent token (top/second = {ratio:.3g} < min_dominance "
+        f"{min_dominance:g}): the paper's cycle-1 focus onto it, and the stages "
+        "after it, are not reported",
+        stacklevel=3,
+    )
+    return False
+
+
 @dataclasses.dataclass(frozen=True)
 class StageDetector:
     """The stage rules with their thresholds (module docstring; docs/markov_cycle.md).
@@ -105,6 +146,12 @@ class StageDetector:
             asymmetry-lifting stage.
         min_growth: a singular value must grow by at least this factor to open a
             stage.
+        margin: the paper's focus and dilution, and every other attention move,
+            count when the excess mass on their key class (over what uniform
+            causal attention gives it) moves by at least this much (attention
+            weight); a move onto no class by this much is ``diffuse``.
+        min_dominance: the paper's cycle-1 focus is defined only when the most
+            frequent token is at least this many times as frequent as the next.
     """
 
     edge: float = 0.05
@@ -112,6 +159,13 @@ class StageDetector:
     min_amplitude: float = 0.1
     growth_start: float = float(np.log(2.0))
     min_growth: float = 4.0
+    margin: float = 0.1
+    min_dominance: float = 1.25
+
+    def margined(self) -> StageDetector:
+        """These thresholds with ``min_amplitude`` = ``margin``: the moves of the
+        key-class excess signals."""
+        return dataclasses.replace(self, min_amplitude=self.margin)
 
     def __post_init__(self):
         if not 0 < self.edge < 0.5:
@@ -124,6 +178,10 @@ class StageDetector:
             raise ValueError(f"growth_start must be > 0, got {self.growth_start}")
         if not self.min_growth > 1:
             raise ValueError(f"min_growth must be > 1, got {self.min_growth}")
+        if not self.margin > 0:
+            raise ValueError(f"margin must be > 0, got {self.margin}")
+        if not self.min_dominance >= 1:
+            raise ValueError(f"min_dominance must be >= 1, got {self.min_dominance}")
 
     def moves(
         self,
@@ -279,16 +337,15 @@ class StageDetector:
             )
         t = np.asarray(trajectory.t, float)
         attn = np.asarray(m["attention"], float)  # [n, d, d]
-        on_top = np.asarray(m["attention_on_top"], float)  # [n, d]
         sv = np.asarray(m["sv_W_E"], float)  # [n, k]
         pi = attn[0].mean(axis=0) if pi is None else np.asarray(pi, float)
         top = int(np.argmax(pi))
         low = np.arange(pi.size) != top
         stages: list[Stage] = []
 
-        def add(name, found, cycle, closed):
+        def add(name, found, cycle, closed, key=None):
             stages.append(
-                Stage(name, found[0], found[1], cycle, provisional=not closed)
+                Stage(name, found[0], found[1], cycle, provisional=not closed, key=key)
             )
 
         loss = np.asarray(m["loss"], float)
@@ -308,27 +365,51 @@ class StageDetector:
         after, known = (cond[1], cond[2]) if cond else (float(t[0]), True)
 
         ent = np.asarray(m["attention_entropy"], float)
-        focus = _first(self.closed_moves(t, ent, sign=-1, window=(after, np.inf)))
+        # the excess over what uniform attention gives (π: the attention rows at
+        # init), by query: on the top token, and each query on itself
+        on_top_excess = attn[:, :, top] - pi[top]  # [n, d]
+        self_excess = np.einsum("nii->ni", attn) - pi  # [n, d]
+        w = pi[low] / pi[low].sum()
+        moves = self.margined()
+        fall = _first(self.closed_moves(t, ent, sign=-1, window=(after, np.inf)))
+        if fall is not None:  # the old focus rule, named by where the mass went
+            i0, i1 = np.searchsorted(t, fall[0]), np.searchsorted(t, fall[1])
+            ex = np.stack(
+                [on_top_excess @ pi, self_excess[:, low] @ pi[low]]
+                + [np.zeros_like(t)] * (len(KEY_CLASSES) - 2),
+                axis=1,
+            )
+            key = moved_onto(ex[i0], ex[i1], self.margin)
+            add("entropy_fall", fall, 1, known and fall[3], key=key)
+        if not has_frequent_token(pi, self.min_dominance, "detect_stages"):
+            return _sorted(stages)
+        # cycle 1: the π-weighted excess on the top token rises (focus) ...
+        focus = _first(
+            moves.closed_moves(t, on_top_excess @ pi, sign=+1, window=(t[0], np.inf))
+        )
         if focus is None:
-            return stages
-        add("focus", focus, 1, known and focus[3])
-        known = known and focus[3]  # the focus start opens the next windows
+            return _sorted(stages)
+        known = focus[3]
+        add("focus", focus, 1, known, key="top")
         lift = None
         if sv.shape[1] > 1:
             nxt = sv[:, 2] if sv.shape[1] > 2 else None
             lift = self.closed_growth(t, sv[:, 1], after=focus[0], next_sv=nxt)
         end = lift[1] if lift is not None else np.inf
         closed_end = lift is not None and lift[2] and known
-        diluted = on_top[:, low].mean(axis=1)  # low-frequency queries on the top token
+        # ... and the low-frequency queries' excess on it falls back (dilution)
         dil = _first(
-            self.closed_moves(
-                t, diluted, sign=-1, window=(focus[0], end), closed_end=closed_end
+            moves.closed_moves(
+                t,
+                on_top_excess[:, low] @ w,
+                sign=-1,
+                window=(focus[0], end),
+                closed_end=closed_end,
             )
         )
         if dil is not None:
-            add("dilution", dil, 1, known and dil[3])
-        w = pi[low] / pi[low].sum()
-        self_attn = np.einsum("nii->ni", attn)[:, low] @ w  # low queries on themselves
+            add("dilution", dil, 1, known and dil[3], key="top")
+        low_self = self_excess[:, low] @ w  # low queries on themselves
         cycle = 1
         while lift is not None:
             known = known and lift[2]
@@ -342,19 +423,19 @@ class StageDetector:
                 )
             window = (lift[1], nxt[1] if nxt is not None else np.inf)
             closed_end = nxt is not None and nxt[2] and known
-            for name, signal, sign in (
-                ("focus", self_attn, +1),
-                ("dilution", on_top[:, top], -1),
+            for name, signal, sign, key in (
+                ("focus", low_self, +1, "self"),
+                ("dilution", on_top_excess[:, top], -1, "top"),
             ):
                 found = _first(
-                    self.closed_moves(
+                    moves.closed_moves(
                         t, signal, sign=sign, window=window, closed_end=closed_end
                     )
                 )
                 if found is not None:
-                    add(name, found, cycle, known and found[3])
+                    add(name, found, cycle, known and found[3], key=key)
             lift = nxt
-        return sorted(stages, key=lambda s: (s.t_start, STAGE_NAMES.index(s.stage)))
+        return _sorted(stages)
 
 
 def detect_stages(

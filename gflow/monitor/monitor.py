@@ -37,7 +37,7 @@ from gflow.analysis.head_observables import HeadObservables
 from gflow.analysis.head_stages import detect_head_stages
 from gflow.analysis.online_stages import ONLINE_SIGNALS, OnlineStageDetector
 from gflow.analysis.stage import Stage
-from gflow.analysis.stages import StageDetector
+from gflow.analysis.stages import StageDetector, has_frequent_token
 from gflow.dynamics.trajectory import Trajectory
 from gflow.monitor import logs
 from gflow.monitor.edge_watch import EDGE_FILE, EDGE_SIGNALS, EdgeWatch
@@ -354,6 +354,13 @@ class Monitor:
             if not 0 <= tok < d:
                 raise ValueError(f"top and tracked tokens must lie in [0, {d})")
         self._obs = HeadObservables(tokens, top, tracked)
+        # the paper's cycle-1 focus is defined only on data with a frequent token
+        dominance = float(self._obs.dominance)
+        self.detector.frequent_token = bool(np.isnan(dominance)) or (
+            has_frequent_token(
+                [dominance, 1.0], self.detector.detector.min_dominance, "Monitor"
+            )
+        )
         shapes = eqx.filter_eval_shape(probe_signals, model, self._obs, self.n_sv)
         names = sorted(shapes, key=lambda k: (k != "loss", k))
         self._shapes = {k: list(shapes[k].shape) for k in names}

@@ -10,7 +10,11 @@ the signals of ``gflow.analysis.head_observables`` (the same definitions):
 - ``head_on_top`` [l, h]: the mass on keys equal to ``top``, averaged over the
   queries whose token is ``top``;
 - ``head_tracked_on_top`` [l, h, q]: the same for each tracked query token;
-- ``head_self`` [l, h]: the mass a tracked query puts on keys equal to itself.
+- ``head_self`` [l, h]: the mass a tracked query puts on keys equal to itself;
+- ``head_key_excess``, ``head_tracked_key_excess`` [l, h, C] and
+  ``head_top_query_excess`` [l, h]: the excess mass on each key class
+  (``gflow.analysis.key_classes``) over uniform causal attention, over every query
+  row, the tracked queries' rows and the top token's rows.
 
 A mean over no occurrence is 0. The arithmetic is written once for an array
 namespace (``numpy`` or ``jax.numpy``), so the JAX path runs it inside its jitted
@@ -25,6 +29,8 @@ from typing import Any
 
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int
+
+from gflow.analysis.key_classes import class_masks, key_excess
 
 __all__ = ["AttentionSignals", "ProbeMasks", "attention_signals", "reduce_attention"]
 
@@ -50,6 +56,7 @@ class ProbeMasks:
     same: Any  # [b, r, s]: key j equals query i
     query: Any  # [b, r, q]: query i is tracked token q
     is_tracked: Any  # [b, r]: query i is any tracked token
+    classes: Any  # [C, b, r, s]: key j of query i is in key class c
 
     @classmethod
     def of(cls, contexts, rows: int, top, tracked, dtype) -> ProbeMasks:
@@ -62,7 +69,23 @@ class ProbeMasks:
             same=_cast(queries[:, :, None] == contexts[:, None, :], dtype),
             query=query,
             is_tracked=_cast(query.sum(-1) > 0, dtype),
+            classes=class_masks(xp_of(contexts), contexts, rows, top, dtype),
         )
+
+
+def xp_of(array):
+    """The array namespace of ``array``: torch for a tensor, jax.numpy for a JAX
+    array, numpy otherwise (without importing a framework the caller lacks)."""
+    kind = type(array).__module__.split(".")[0]
+    if kind == "torch":
+        import torch
+
+        return torch
+    if kind in ("jax", "jaxlib"):
+        import jax.numpy as jnp
+
+        return jnp
+    return np
 
 
 def reduce_attention(xp, attn, contexts, top, tracked, masks=None) -> dict:
@@ -94,6 +117,15 @@ def reduce_attention(xp, attn, contexts, top, tracked, masks=None) -> dict:
             xp.einsum("lhbi,bi->lh", on_self, masks.is_tracked),
             xp.sum(masks.is_tracked),
         ),
+        "head_key_excess": key_excess(
+            xp, attn, masks.classes, masks.is_tracked * 0 + 1
+        ),
+        "head_tracked_key_excess": key_excess(
+            xp, attn, masks.classes, masks.is_tracked
+        ),
+        "head_top_query_excess": key_excess(
+            xp, attn, masks.classes[:1], masks.top_query
+        )[..., 0],
     }
 
 
@@ -106,15 +138,13 @@ class AttentionSignals:
     head_on_top: np.ndarray
     head_tracked_on_top: np.ndarray
     head_self: np.ndarray
+    head_key_excess: np.ndarray
+    head_tracked_key_excess: np.ndarray
+    head_top_query_excess: np.ndarray
 
     def as_dict(self) -> dict[str, np.ndarray]:
         """The signals by name, as ``Monitor.record`` reads them."""
-        return {
-            "head_entropy": self.head_entropy,
-            "head_on_top": self.head_on_top,
-            "head_tracked_on_top": self.head_tracked_on_top,
-            "head_self": self.head_self,
-        }
+        return dict(vars(self))
 
 
 def attention_signals(
