@@ -630,3 +630,27 @@ def test_the_global_lifting_is_sigma_two_of_the_embedding():
     two = [s for s in stages if s.cycle == 2 and s.layer == 0]
     assert [(s.name, s.key) for s in two] == [("focus", "self"), ("dilution", "top")]
     assert all(s.t_start > glob.t_end for s in two)
+
+
+def test_the_paper_focus_needs_information_and_a_level_above_the_baseline():
+    """The null the gate is for: a run whose loss never falls below the unigram loss
+    (i.i.d. tokens: no attention move carries information) has no paper stage,
+    while its other named moves remain; and a rise of the excess from below the
+    uniform baseline back to it (a recovery, amplitude 0.3) is no focus."""
+    traj, _ = _head_trajectory()
+    flat = dict(traj.metrics, unigram_gap=np.full(T.size, 0.01))
+    stages = detect_head_stages(Trajectory(t=T, metrics=flat, final=None))
+    assert not any(s.is_paper_stage for s in stages)
+    assert ("first_position_focus", 1, 0) in {(s.name, s.layer, s.head) for s in stages}
+    # the same run informed (the gap falls 0.05 below zero at t = 100): the focus
+    informed = dict(flat, unigram_gap=0.01 - 0.06 * _sig(T, 100.0, 5.0))
+    stages = detect_head_stages(Trajectory(t=T, metrics=informed, final=None))
+    assert ("focus", 0, 1) in {(s.name, s.layer, s.head) for s in stages}
+    # a recovery from -0.3 to 0: not above the baseline by the margin
+    excess = traj.metrics["head_key_excess"].copy()
+    excess[:, 0, 1, 0] = -0.3 + 0.3 * _sig(T, 80.0, 4.0)
+    m = dict(traj.metrics, head_key_excess=excess)
+    stages = detect_head_stages(Trajectory(t=T, metrics=m, final=None))
+    assert not any(s.is_paper_stage and s.layer >= 0 for s in stages)
+    assert StageDetector().rises_above(T, excess[:, 0, 1, 0]) == []
+    assert len(StageDetector(margin=0.1).rises_above(T, 0.3 * _sig(T, 80.0, 4.0))) == 1

@@ -38,6 +38,8 @@ def _attention(on_top, self_attn):
 def _trajectory(t, *, focus=True, centres=(15, 80, 120, 250)):
     c_cond, c_focus, c_dil, c_lift = centres
     loss = H_PI + (np.log(4) - H_PI) * (1 - _sig(t, c_cond, 2.0))
+    if focus:  # the context informs: the loss falls below H(π) with focus
+        loss = loss - 0.1 * _sig(t, c_focus, 5.0)
     on_top = np.tile(PI[0], (t.size, 4))
     self_attn = np.tile(PI, (t.size, 1)) * 1.0
     if focus:
@@ -562,3 +564,14 @@ def test_gflow_flow_to_t10000_writes_a_complete_second_cycle(tmp_path):
         assert got["t_end"] == pytest.approx(want.t_end, abs=25.0)
     for name in ("entropy", "attention", "singular_values", "pca", "row_norms"):
         assert (out / f"paper_{name}.png").stat().st_size > 0
+
+
+def test_the_one_layer_focus_needs_the_loss_below_the_unigram_loss():
+    """The same attention moves with a loss that stays on H(π) (the context carries
+    nothing): no paper stage after condensation; the entropy fall is still named."""
+    t = np.linspace(0, 400, 801)
+    traj = _trajectory(t)
+    loss = H_PI + (np.log(4) - H_PI) * (1 - _sig(t, 15, 2.0))
+    metrics = dict(traj.metrics, loss=loss, unigram_gap=loss - H_PI)
+    stages = detect_stages(Trajectory(t=t, metrics=metrics, final=None), pi=PI)
+    assert [s.name for s in stages] == ["condensation", "entropy_fall"]

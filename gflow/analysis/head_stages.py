@@ -21,10 +21,14 @@ The paper's stages (``Stage.is_paper_stage``):
   the loss rate -dL/dt normalised by its peak so far (closed once that fall is
   confirmed or its end lies within ``edge`` of a zero rate);
 - focus, cycle 1 (key ``top``): the first rise of the head's excess on the most
-  frequent token over every query row; defined only when that token is at least
+  frequent token over every query row by ``margin``, ending at least ``margin``
+  above the uniform baseline; defined only when that token is at least
   ``min_dominance`` times as frequent as the next in the sample
   (``top_dominance``): on a uniform π or on in-context chains the rule, and the
-  paper's stages after it, report nothing, with a warning;
+  paper's stages after it, report nothing, with a warning; and reported only in
+  a run whose loss falls ``min_information`` below the unigram loss
+  (``unigram_gap``, where recorded): on i.i.d. tokens no attention move carries
+  information, and none is the paper's;
 - dilution, cycle 1 (key ``top``): the first fall of the tracked (low-frequency)
   queries' excess on the most frequent token after the head's focus starts and
   before the paper's lifting of cycle 1 ends;
@@ -137,15 +141,12 @@ def _liftings(detector, t, sv, after, known):
 def _paper_focus(detector, t, metrics, layer, head):
     """The head's cycle-1 focus: the first rise of its excess on the top token."""
     excess = metrics["head_key_excess"][:, layer, head, 0]
-    return _first(
-        detector.margined().closed_moves(t, excess, sign=+1, window=(t[0], np.inf))
-    )
+    return _first(detector.rises_above(t, excess))
 
 
 def _other_moves(detector, t, metrics, layer, head, after) -> list[Stage]:
     """The head's named moves that are not the paper's stages (module docstring)."""
     excess = metrics["head_key_excess"][:, layer, head, :]  # [n, C]
-    moves = detector.margined()
     start, known = after
     out = []
     ent = metrics["head_entropy"][:, layer, head]
@@ -166,9 +167,7 @@ def _other_moves(detector, t, metrics, layer, head, after) -> list[Stage]:
             )
         )
     for c, name in CLASS_MOVES.items():
-        rise = _first(
-            moves.closed_moves(t, excess[:, c], sign=+1, window=(t[0], np.inf))
-        )
+        rise = _first(detector.rises_above(t, excess[:, c]))
         if rise is not None:
             out.append(
                 Stage(
@@ -314,7 +313,7 @@ def detect_head_stages(
         frequent = np.isnan(dominance) or has_frequent_token(
             [dominance, 1.0], detector.min_dominance, "detect_head_stages"
         )
-    if not frequent:
+    if not frequent or not detector.informative(m):
         return _sorted(stages)
     # the paper's lifting opens once some head has begun its paper focus
     starts = []

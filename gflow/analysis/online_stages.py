@@ -21,8 +21,11 @@ with the relative thresholds, which need the whole run, replaced by absolute one
   ``window`` intervals, past its peak, is at most ``edge`` of the peak;
 - the paper's focus, cycle 1 (key ``top``; only with ``frequent_token``): the
   head's excess on the most frequent token over every query row has risen
-  ``margin`` above its running minimum since the first observation (reported no
-  earlier than condensation; ``t_onset`` tells when it began);
+  ``margin`` above its running minimum since the first observation and is at
+  least ``margin`` (reported no earlier than condensation, and, when the
+  observations carry ``unigram_gap``, no earlier than the gap's first fall to
+  ``-min_information``: a run whose attention carries no information has no
+  paper stage; ``t_onset`` tells when it began);
 - the paper's dilution, cycle 1 (key ``top``): after the head's focus, the tracked
   queries' excess on the most frequent token is ``margin`` below its running
   maximum since the focus;
@@ -175,6 +178,8 @@ class _Rule:
     cycle: int
     key: str | None = None
     pending: float | None = None  # the value at a crossing before condensation
+    level: float | None = None  # the value must also reach this (a paper focus)
+    gated: bool = False  # reported only once the run has proved informative
 
 
 class _Head:
@@ -221,6 +226,7 @@ class OnlineStageDetector:
         self._condensed = False
         self._last_t: float | None = None
         self._history: list[tuple[float, np.ndarray]] = []  # (t, head_key_excess)
+        self._informed = False  # the loss has fallen min_information below unigram
         self._embedding = _Head(-1, -1)  # σ(W_E)'s liftings
 
     def delay(self, dt: float) -> float:
@@ -254,12 +260,15 @@ class OnlineStageDetector:
             raise ValueError(f"times must increase: {t} after {self._last_t}")
         self._last_t = t
         self._history.append((t, x["head_key_excess"].copy()))
+        gap = x.get("unigram_gap")
+        if gap is None or float(gap) <= -self.detector.min_information:
+            self._informed = True  # no gap recorded: the gate cannot be read
         new: list[Stage] = []
         if not self._condensed:
             for head in self._heads:  # track the moves; report after condensation
                 for rule in head.rules.values():
                     value = _head_signal(x, rule.signal, head.layer, head.head)
-                    if rule.move.crossed(value, t) and rule.pending is None:
+                    if self._crossed(rule, value, t) and rule.pending is None:
                         rule.pending = value
             self._condensation(step, t, float(x["loss"]), x, new)
         if self._condensed:
@@ -274,9 +283,12 @@ class OnlineStageDetector:
         d = self.detector
         if self.frequent_token:
             self._open(head, "focus", "head_key_excess:0", +1, x, t, key="top")
+            head.rules["focus"].level = d.margin  # above the baseline by the margin
+            head.rules["focus"].gated = True  # and only once the run informs
         self._open(head, "entropy_fall", "head_entropy", -1, x, t, d.min_amplitude)
         for c, name in _CLASS_MOVES.items():
             self._open(head, name, f"head_key_excess:{c}", +1, x, t, key=KEY_CLASSES[c])
+            head.rules[name].level = d.margin
 
     def _condensation(self, step, t, loss, x, new) -> None:
         if self._first is None:
@@ -372,10 +384,13 @@ class OnlineStageDetector:
         for stage, rule in list(head.rules.items()):
             value = _head_signal(x, rule.signal, head.layer, head.head)
             move = rule.move
-            if not move.crossed(value, t):
+            if not self._crossed(rule, value, t):
                 if rule.pending is None:
                     continue
                 value = rule.pending  # crossed before condensation: report it now
+            if rule.gated and not self._informed:
+                rule.pending = value if rule.pending is None else rule.pending
+                continue  # held until the run proves informative
             del head.rules[stage]
             fired.append(stage)
             lift = stage in ("asymmetry_lifting", "head_lifting")
@@ -404,6 +419,12 @@ class OnlineStageDetector:
                 )
             )
         return fired
+
+    @staticmethod
+    def _crossed(rule: _Rule, value: float, t: float) -> bool:
+        """The rule's move has crossed its amount (and its level, if any)."""
+        moved = rule.move.crossed(value, t)
+        return moved and (rule.level is None or value >= rule.level)
 
     def _excess_at(self, t: float) -> np.ndarray:
         """``head_key_excess`` at the last observation at or before ``t``."""

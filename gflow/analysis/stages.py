@@ -18,9 +18,11 @@ Cycle 1 (the numbers they give are in docs/markov_cycle.md):
   it starts at t0 (W_E and W_P grow from the first instant, the loss lags) and ends
   when L - H(π) has fallen to 5% of its initial value.
 - focus (key ``top``): the first rise of the π-weighted excess on the most frequent
-  token, Σ_q π_q (A_q,top - π_top); defined only where that token is at least
-  ``min_dominance`` times as frequent as the next (not on a uniform π: the rule and
-  the stages after it then report nothing, with a warning).
+  token, Σ_q π_q (A_q,top - π_top), by ``margin`` to at least ``margin``; defined
+  only where that token is at least ``min_dominance`` times as frequent as the
+  next (not on a uniform π: the rule and the stages after it then report
+  nothing, with a warning), and reported only when the loss falls
+  ``min_information`` below H(π) (``unigram_gap``, where recorded) at some time.
 - dilution (key ``top``): the first fall of the low-frequency queries' excess on
   the most frequent token after focus has started.
 - asymmetry_lifting: the growth of σ₂(W_E) after focus has started; it starts once
@@ -152,6 +154,10 @@ class StageDetector:
             weight); a move onto no class by this much is ``diffuse``.
         min_dominance: the paper's cycle-1 focus is defined only when the most
             frequent token is at least this many times as frequent as the next.
+        min_information: the paper's stages are reported only in a run whose loss
+            falls at least this far (nats) below the unigram loss (``unigram_gap``,
+            where recorded): a run in which attention carries information about
+            the next token.
     """
 
     edge: float = 0.05
@@ -161,6 +167,7 @@ class StageDetector:
     min_growth: float = 4.0
     margin: float = 0.1
     min_dominance: float = 1.25
+    min_information: float = 0.02
 
     def margined(self) -> StageDetector:
         """These thresholds with ``min_amplitude`` = ``margin``: the moves of the
@@ -182,6 +189,38 @@ class StageDetector:
             raise ValueError(f"margin must be > 0, got {self.margin}")
         if not self.min_dominance >= 1:
             raise ValueError(f"min_dominance must be >= 1, got {self.min_dominance}")
+        if not self.min_information >= 0:
+            raise ValueError(
+                f"min_information must be >= 0, got {self.min_information}"
+            )
+
+    def rises_above(
+        self,
+        t: Real[ArrayLike, " n"],
+        excess: Real[ArrayLike, " n"],
+        *,
+        window: tuple[float, float] = (-np.inf, np.inf),
+    ) -> list[tuple[float, float, float, bool]]:
+        """The rises of an excess signal by ``margin`` (``closed_moves`` with
+        ``min_amplitude = margin``) that end at least ``margin`` above zero, the
+        uniform baseline: a move onto a key class, not a recovery from below."""
+        t, excess = np.asarray(t, float), np.asarray(excess, float)
+        found = self.margined().closed_moves(t, excess, sign=+1, window=window)
+        return [
+            m
+            for m in found
+            if float(np.max(excess[(t >= m[0]) & (t <= m[1])])) >= self.margin
+        ]
+
+    def informative(self, metrics) -> bool:
+        """Whether the run's attention carries information about the next token:
+        its ``unigram_gap`` (loss minus the unigram loss) falls at least
+        ``min_information`` below zero at some saved time; True where the run
+        does not record it (the gate cannot be read)."""
+        if "unigram_gap" not in metrics:
+            return True
+        gap = np.asarray(metrics["unigram_gap"], float)
+        return bool(np.any(gap <= -self.min_information))
 
     def moves(
         self,
@@ -383,10 +422,10 @@ class StageDetector:
             add("entropy_fall", fall, 1, known and fall[3], key=key)
         if not has_frequent_token(pi, self.min_dominance, "detect_stages"):
             return _sorted(stages)
+        if not self.informative(m):
+            return _sorted(stages)
         # cycle 1: the π-weighted excess on the top token rises (focus) ...
-        focus = _first(
-            moves.closed_moves(t, on_top_excess @ pi, sign=+1, window=(t[0], np.inf))
-        )
+        focus = _first(self.rises_above(t, on_top_excess @ pi))
         if focus is None:
             return _sorted(stages)
         known = focus[3]

@@ -4,8 +4,11 @@
 ``HeadObservables`` for any attending model (``gflow.analysis.attending``), reduced
 from its attention by the framework-free ``gflow.monitor.reduce`` arithmetic inside
 this jitted call (on the device), each family of singular values cut to its
-``n_sv`` largest, and the probe ``loss``: the mean cross-entropy of
-``model(tokens[n, :-1])`` against ``tokens[n, -1]``.
+``n_sv`` largest, the probe ``loss``: the mean cross-entropy of
+``model(tokens[n, :-1])`` against ``tokens[n, -1]``, and ``unigram_gap``: that loss
+minus the loss of the probe's unigram prediction (the frequencies of the probe's
+context tokens, add-one smoothed), which the stage rules read to tell a run whose
+attention carries information about the next token from one on i.i.d. data.
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ def probe_loss(model: Attending, tokens) -> Float[Array, ""]:
     return -jnp.mean(jnp.take_along_axis(logp, tokens[:, -1:], axis=-1))
 
 
+def probe_unigram_loss(tokens, d_vocab: int) -> Float[Array, ""]:
+    """Cross-entropy of the last tokens under the add-one smoothed frequencies of
+    the context tokens ``tokens[:, :-1]`` (the unigram predictor of the probe)."""
+    counts = jnp.bincount(tokens[:, :-1].ravel(), length=d_vocab) + 1.0
+    logp = jnp.log(counts / jnp.sum(counts))
+    return -jnp.mean(logp[tokens[:, -1]])
+
+
 @eqx.filter_jit
 def probe_signals(
     model: Attending, observables: HeadObservables, n_sv: int
@@ -44,4 +55,6 @@ def probe_signals(
     sv = {k: v for k, v in observables(model).items() if k.startswith("sv_")}
     out.update({k: v[..., :n_sv] for k, v in sv.items()})
     out["loss"] = probe_loss(model, observables.tokens)
+    d_vocab = jax.eval_shape(model, contexts[0]).shape[-1]
+    out["unigram_gap"] = out["loss"] - probe_unigram_loss(observables.tokens, d_vocab)
     return out

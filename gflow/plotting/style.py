@@ -47,6 +47,13 @@ STAGE_COLOURS = {
     "focus": "tab:red",
     "dilution": "tab:green",
     "asymmetry_lifting": "tab:purple",
+    # the other named moves (never the paper's stages): muted, told apart by shade
+    "entropy_fall": "0.55",
+    "self_focus": "tab:olive",
+    "previous_token_focus": "tab:brown",
+    "first_position_focus": "tab:gray",
+    "induction_focus": "tab:cyan",
+    "head_lifting": "tab:pink",
 }
 
 #: the clock of a flow, and of an optimizer run (the sum of its step sizes)

@@ -63,7 +63,7 @@ class FlowConfig(AbstractConfig):
     )
     residual: bool = setting(False, "residual ablation")
     seed: int = setting(0, "PRNG seed of the initial weights")
-    t1: float = setting(400.0, "final flow time")
+    t1: float = setting(1000.0, "final flow time")
     num_saves: int = setting(401, "number of saved times")
     solver: str = setting("auto", f"one of {', '.join(SOLVERS)}")
     rtol: float = setting(1e-6, "relative tolerance")
