@@ -351,7 +351,7 @@ def page(held: tuple[int, ...]) -> str:
 
 
 def _move_names():
-    from gflow.analysis.stage import MOVE_NAMES
+    from gflow.analysis import MOVE_NAMES
 
     return MOVE_NAMES
 

@@ -21,7 +21,7 @@ import pytest
 
 import gflow
 from gflow import AttentionModel, PositionalAttentionModel, Trajectory, Transformer
-from gflow.analysis.attending import attention_rows
+from gflow.analysis import attention_rows
 from gflow.text import TextLoss, text_loss
 
 D_VOCAB, WIDTH, HEADS, S = 4, 8, 2, 5

@@ -22,6 +22,13 @@ from gflow.analysis.head_observables import (
     head_attention_entropy as head_attention_entropy,
 )
 from gflow.analysis.attending import Attending as Attending
+from gflow.analysis.attending import attention_rows as attention_rows
+from gflow.analysis.key_classes import DIFFUSE as DIFFUSE
+from gflow.analysis.key_classes import KEY_CLASSES as KEY_CLASSES
+from gflow.analysis.key_classes import class_masks as class_masks
+from gflow.analysis.key_classes import key_excess as key_excess
+from gflow.analysis.key_classes import moved_onto as moved_onto
+from gflow.analysis.key_classes import top_dominance as top_dominance
 from gflow.analysis.induction import InductionLabels as InductionLabels
 from gflow.analysis.induction import StrategyDistances as StrategyDistances
 from gflow.analysis.induction import induction_labels as induction_labels
@@ -29,6 +36,8 @@ from gflow.analysis.induction import strategy_distances as strategy_distances
 from gflow.analysis.induction import strategy_kl as strategy_kl
 
 # Stages
+from gflow.analysis.stage import MOVE_NAMES as MOVE_NAMES
+from gflow.analysis.stage import STAGE_NAMES as STAGE_NAMES
 from gflow.analysis.stage import Stage as Stage
 from gflow.analysis.stages import StageDetector as StageDetector
 from gflow.analysis.stages import detect_stages as detect_stages
@@ -86,6 +95,15 @@ from gflow.analysis.sweep_compare import SweepComparison as SweepComparison
 from gflow.analysis.sweep_compare import compare_sweep as compare_sweep
 
 __all__ = [
+    "DIFFUSE",
+    "KEY_CLASSES",
+    "MOVE_NAMES",
+    "STAGE_NAMES",
+    "attention_rows",
+    "class_masks",
+    "key_excess",
+    "moved_onto",
+    "top_dominance",
     "AdamEdge",
     "EdgeReading",
     "GDEdge",

@@ -99,7 +99,7 @@ def key_excess(xp, attn, masks, weights) -> Any:
     return xp.where(some, excess / xp.where(some, total, 1.0), 0.0 * excess)
 
 
-def top_dominance(tokens: Int[ArrayLike, "..."], top: int) -> float:
+def top_dominance(tokens: Int[ArrayLike, "..."] | Sequence[int], top: int) -> float:
     """How much more frequent the token ``top`` is than the next most frequent one
     in ``tokens``: count(top) / max count of any other token (inf when no other
     token occurs, 0 when top does not)."""
