@@ -9,19 +9,27 @@ lifting, all closed. Prints a markdown table; with ``--uniform`` the same on the
 uniform-pi chain, where the paper's cycle-1 rules must report nothing.
 
     PYTHONPATH=$PWD python experiments/stage_rules_flow.py [--seeds 10] [--uniform]
+
+With ``--write-docs`` the table goes into docs/stage_rules.md (its block for the
+chain, or for the uniform pi).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import time
 import warnings
+from pathlib import Path
 
 import jax
 import numpy as np
 import optax
 
 import gflow
+from experiments import _docs
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "stage_rules.md"
 
 CYCLE_ONE = ("condensation", "focus", "dilution", "asymmetry_lifting")
 PAPER_PI = (0.75, 0.19, 0.05, 0.01)
@@ -76,27 +84,45 @@ def main(argv=None) -> None:
     p.add_argument("--t1", type=float, default=1000.0)
     p.add_argument("--eta", type=float, default=0.25)
     p.add_argument("--uniform", action="store_true", help="the uniform-pi chain")
+    p.add_argument("--write-docs", action="store_true", help="into docs/stage_rules.md")
     a = p.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
     pi = (0.25,) * 4 if a.uniform else PAPER_PI
     start = time.time()
-    print(f"pi = {pi}, lambda = 0.5, t1 = {a.t1:g}, seeds 0-{a.seeds - 1}\n")
-    print("| seed | method | " + " | ".join(CYCLE_ONE) + " | keys |")
-    print("|---" * (len(CYCLE_ONE) + 3) + "|")
-    full = {}
+    lines = [
+        f"`PYTHONPATH=$PWD python experiments/stage_rules_flow.py --seeds {a.seeds}"
+        + (" --uniform" if a.uniform else "")
+        + f"` ({datetime.date.today().isoformat()}): pi = {pi}, lambda = 0.5, the "
+        f"flow to t1 = {a.t1:g} and GD at eta = {a.eta:g} to the same t, seeds "
+        f"0-{a.seeds - 1}; each cell is the cycle-1 stage as the rules report it.",
+        "",
+        "| seed | method | " + " | ".join(CYCLE_ONE) + " | keys |",
+        "|---" * (len(CYCLE_ONE) + 3) + "|",
+    ]
+    full, warned = {}, set()
     for seed in range(a.seeds):
         rows, said = run(seed, pi, a.t1, a.eta)
+        warned |= said
         for method, row in rows.items():
             ok = all(row[n] == "closed" for n in CYCLE_ONE)
             full[method] = full.get(method, 0) + int(ok)
             cells = " | ".join(row[n] for n in CYCLE_ONE)
-            print(f"| {seed} | {method} | {cells} | {row['keys']} |")
-        for s in sorted(said):
-            print(f"<!-- seed {seed}: warning from {s} -->")
-    print()
+            lines.append(f"| {seed} | {method} | {cells} | {row['keys'] or '-'} |")
+    lines.append("")
     for method, n in full.items():
-        print(f"- {method}: complete closed cycle 1 in {n} of {a.seeds} seeds")
-    print(f"- took {time.time() - start:.0f} s")
+        lines.append(
+            f"- {method}: cycle 1 complete and closed in {n} of {a.seeds} seeds"
+        )
+    for who in sorted(warned):
+        lines.append(f"- {who} warned that the cycle-1 rules report nothing")
+    lines.append(f"- took {time.time() - start:.0f} s ({_docs.uptime()})")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.write_docs:
+        tag = "stage_rules_uniform" if a.uniform else "stage_rules_flow"
+        _docs.replace_block(
+            DOC, f"<!-- {tag}:start -->", f"<!-- {tag}:end -->", text, append=True
+        )
 
 
 if __name__ == "__main__":

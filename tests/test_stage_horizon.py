@@ -55,9 +55,10 @@ def test_the_default_flow_closes_the_same_stages_on_every_horizon():
     cycle_one = [
         ("condensation", 1, 0.0, 25.0),
         ("focus", 1, 75.0, 100.0),
-        ("dilution", 1, 100.0, 175.0),
+        ("dilution", 1, 100.0, 150.0),
         ("asymmetry_lifting", 1, 125.0, 350.0),
     ]
+    runs = {t1: [s for s in stages if s.is_paper_stage] for t1, stages in runs.items()}
     for t1, stages in runs.items():
         closed = [(s.stage, s.cycle, s.t_start, s.t_end) for s in stages]
         closed = [c for c, s in zip(closed, stages) if not s.provisional]
@@ -84,16 +85,24 @@ def test_every_prefix_keeps_the_closed_stages_of_the_shorter_ones():
         [detect_stages(_prefix(traj, e), pi=PI) for e in ends]
     )
     m = traj.metrics
-    on_top = np.asarray(m["attention_on_top"])
     attn = np.asarray(m["attention"])
+    top_excess = attn[:, :, 0] - PI[0]  # [n, q]: each query's excess on top
+    self_excess = np.einsum("nii->ni", attn) - PI  # [n, q]: on itself
+    w = PI[1:] / PI[1:].sum()
+    every = np.zeros((traj.t.size, 1, 1, 5))
+    every[:, 0, 0, 0] = top_excess @ PI
+    every[:, 0, 0, 1] = self_excess[:, 1:] @ PI[1:]
+    tracked = np.zeros((traj.t.size, 1, 1, 5))
+    tracked[:, 0, 0, 0] = top_excess[:, 1:] @ w
+    tracked[:, 0, 0, 1] = self_excess[:, 1:] @ w
     heads = dict(
         loss=m["loss"],
         unigram_gap=m["unigram_gap"],
         sv_W_E=m["sv_W_E"],
         head_entropy=np.asarray(m["attention_entropy"])[:, None, None],
-        head_on_top=on_top[:, 0][:, None, None],
-        head_tracked_on_top=on_top[:, None, None, 1:],
-        head_self=np.einsum("nii->ni", attn)[:, 1:].mean(-1)[:, None, None],
+        head_key_excess=every,
+        head_tracked_key_excess=tracked,
+        head_top_query_excess=top_excess[:, 0][:, None, None],
         sv_W_A=np.asarray(m["sv_W_E"])[:, None, None, :],
     )
     full = Trajectory(t=traj.t, metrics=heads, final=None)
@@ -259,7 +268,9 @@ def test_gflow_flow_to_each_horizon_closes_the_same_stages():
         cfg = FlowConfig(t1=t1, num_saves=int(t1 / 5) + 1, save_params=False)
         runs.append(detect_stages(run_flow(cfg), pi=cfg.chain().pi))
     _assert_closed_stages_persist(runs)
-    closed = [(s.stage, s.cycle) for s in runs[-1] if not s.provisional]
+    closed = [
+        (s.stage, s.cycle) for s in runs[-1] if not s.provisional and s.is_paper_stage
+    ]
     assert closed == [
         ("condensation", 1),
         ("focus", 1),
@@ -295,13 +306,13 @@ def test_the_head_rules_find_the_flows_lifting_on_the_one_layer_run():
         observables=lambda model: {**stage_obs(model), **head_obs(model)},
         progress=False,
     )
-    (flow_lift,) = [s for s in detect_stages(traj, pi=chain.pi) if s.cycle == 1][3:]
+    flow = detect_stages(traj, pi=chain.pi)
+    (flow_lift,) = [s for s in flow if s.cycle == 1 and s.is_paper_stage][3:]
     assert flow_lift.stage == "asymmetry_lifting"
     metrics = {k: v for k, v in traj.metrics.items() if k != "unigram_gap"}
     heads = detect_head_stages(Trajectory(t=traj.t, metrics=metrics, final=None))
-    lifts = [s for s in heads if s.stage == "asymmetry_lifting"]
-    glob = [s for s in lifts if s.layer == -1 and s.cycle == 1]
-    own = [s for s in lifts if s.layer == 0 and s.cycle == 1]
+    glob = [s for s in heads if s.stage == "asymmetry_lifting" and s.cycle == 1]
+    own = [s for s in heads if s.stage == "head_lifting" and s.cycle == 1]
     assert len(glob) == 1 and len(own) == 1
     assert (glob[0].t_start, glob[0].t_end) == (flow_lift.t_start, flow_lift.t_end)
     assert own[0].t_start > glob[0].t_end
