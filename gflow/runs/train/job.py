@@ -174,8 +174,14 @@ class TrainJob(AbstractJob[TrainRun]):
 
     def write(self, result: TrainResult, directory: RunDirectory) -> None:
         if result.one:
-            (_, _, traj) = result.runs["train"]
-            result.stages = {"train": write_train_run(directory.path, traj)}
+            (_, data, traj) = result.runs["train"]
+            result.stages = {
+                "train": write_train_run(
+                    directory.path,
+                    traj,
+                    unigram_loss=data.references.get("unigram_loss"),
+                )
+            }
         else:
             result.stages = write_sweep_run(
                 directory.path, result.plan.cfg.sweep, result.runs

@@ -107,8 +107,14 @@ def write_sweep_run(run_dir, sweep: TrainSweep, runs: dict) -> dict:
     stages_summary.json; returns the stages (member -> list of HeadStage)."""
     run_dir = Path(run_dir)
     stages, entries = {}, {}
-    for name, (_, _, traj) in runs.items():
-        found = write_train_run(run_dir, traj, name=name, stages_file=None)
+    for name, (_, data, traj) in runs.items():
+        found = write_train_run(
+            run_dir,
+            traj,
+            name=name,
+            stages_file=None,
+            unigram_loss=data.references.get("unigram_loss"),
+        )
         stages[name] = found
         entries[name] = {"available": True, "stages": [s.to_dict() for s in found]}
     write_json(run_dir / "stages.json", entries)

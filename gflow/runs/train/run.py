@@ -339,13 +339,24 @@ def _task_observables(data: TrainData, snaps, n: int) -> dict[str, np.ndarray]:
 
 
 def write_train_run(
-    run_dir, traj: Trajectory, *, name: str = "train", stages_file="stages.json"
+    run_dir,
+    traj: Trajectory,
+    *,
+    name: str = "train",
+    stages_file="stages.json",
+    unigram_loss: float | None = None,
 ) -> list[HeadStage]:
     """The trajectory files ``<name>*`` and ``stages_file`` (per-head stages; None:
-    not written); the stages found."""
+    not written); the stages found. With ``unigram_loss`` the stage rules read the
+    held-out ``loss`` minus it as ``unigram_gap`` (their information gate,
+    docs/stage_rules.md); the files keep the trajectory as it is."""
     run_dir = Path(run_dir)
     save_trajectory(run_dir, traj, name=name)
-    stages = detect_head_stages(traj)
+    seen = traj
+    if unigram_loss is not None and "loss" in traj.metrics:
+        gap = np.asarray(traj.metrics["loss"], float) - float(unigram_loss)
+        seen = dataclasses.replace(traj, metrics={**traj.metrics, "unigram_gap": gap})
+    stages = detect_head_stages(seen)
     if stages_file is not None:
         write_json(run_dir / stages_file, [s.to_dict() for s in stages])
     return stages
