@@ -190,14 +190,15 @@ def read(traj: Trajectory, margin: float) -> dict:
         "half": half,
         "full": half and lifted,
         "closed_half": any(
-            any(
-                s.stage == n and (s.layer, s.head) == h and not s.provisional
-                for s in c1
+            all(
+                any(
+                    s.stage == n and (s.layer, s.head) == h and not s.provisional
+                    for s in c1
+                )
+                for n in ("focus", "dilution")
             )
             for h in heads
-            for n in ("focus",)
-        )
-        and half,
+        ),
         "moves": sorted({s.stage for s in c1 if not s.is_paper_stage}),
         "entropy_fall_keys": sorted({s.key for s in c1 if s.stage == "entropy_fall"}),
     }
@@ -242,7 +243,14 @@ def cells(seeds, margin: float) -> dict:
                         continue
                     cell["n"] += 1
                     got = read(traj, margin)
-                    for k in ("focus", "dilution", "paper", "half", "full"):
+                    for k in (
+                        "focus",
+                        "dilution",
+                        "paper",
+                        "half",
+                        "closed_half",
+                        "full",
+                    ):
                         cell[k] = cell.get(k, 0) + int(got[k])
                     for mv in got["moves"]:
                         cell["moves"][mv] = cell["moves"].get(mv, 0) + 1
@@ -303,15 +311,16 @@ def page(held: tuple[int, ...]) -> str:
         "Collapsed or diverged runs (AdamW: a head entropy below 0.05 nats, or a "
         "loss ending above its start) are left out and counted apart.",
         "",
-        "| rung | method | chain: half cycle | chain: full cycle | i.i.d. | "
-        "uniform pi | shuffled text | chain - i.i.d. | left out |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rung | method | chain: half cycle | of which closed | chain: full cycle "
+        "| i.i.d. | uniform pi | shuffled text | chain - i.i.d. | left out |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rung in RUNGS:
         for method in METHODS:
             ch = c.get((CHAIN, rung, method), {"n": 0, "bad": 0})
             row = [rung, method]
             row.append(_fmt(ch.get("half", 0), ch["n"]) if ch["n"] else "-")
+            row.append(str(ch.get("closed_half", 0)) if ch["n"] else "-")
             row.append(_fmt(ch.get("full", 0), ch["n"]) if ch["n"] else "-")
             bad = [f"chain {ch['bad']}"] if ch["bad"] else []
             for data in CONTROLS:
