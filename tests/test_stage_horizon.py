@@ -64,7 +64,9 @@ def test_the_default_flow_closes_the_same_stages_on_every_horizon():
         closed = [c for c, s in zip(closed, stages) if not s.provisional]
         assert closed[:4] == cycle_one, t1
     at_3000 = runs[3000.0]
-    assert [s.stage for s in at_3000 if s.cycle == 3] == ["dilution"]
+    # at the default margin (0.05) t1 = 3000 shows a third cycle's focus and
+    # dilution, both provisional: gone on the longer runs
+    assert [s.stage for s in at_3000 if s.cycle == 3] == ["focus", "dilution"]
     assert all(s.provisional for s in at_3000 if s.cycle >= 2)
     # at 10⁴ cycle 2's focus is closed (query 1's self-attention turns back by
     # 0.18 after t = 1735); its dilution and lifting run into the last data
@@ -245,11 +247,11 @@ def test_the_table_over_seeds_counts_the_check_and_spreads_the_starts():
     assert "at each seed's start: 0.50, 1.50, 2.50" in text
     quiet = {k: v | {"load": 1.0} for k, v in res["seeds"].items()}
     assert "wall time 12 s" in sh.render(res | {"seeds": quiet})
-    assert sh.gone(one["runs"]) == ["dilution 3 (t1 = 3000)"]
+    assert sh.gone(one["runs"]) == ["focus 3 (t1 = 3000)", "dilution 3 (t1 = 3000)"]
     assert "| 1 | False | 4 | 75 (closed) |" in text
     assert (
         "| 2 | True | 5 | 85 (closed) | 100 (closed) | 150 (provisional) | none "
-        "| dilution 3 (t1 = 3000) |" in text
+        "| focus 3 (t1 = 3000); dilution 3 (t1 = 3000) |" in text
     )
     assert "focus 1 75 [75, 85] (0 of 3 provisional)" in text
     assert "focus 2 625 [625, 625] (0 of 2 provisional, found in 2)" in text

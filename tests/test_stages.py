@@ -439,7 +439,7 @@ FOUR_STAGES_JSON = (
     '{"stage": "focus", "t_start": 65.0, "t_end": 91.5, "cycle": 1, "key": "top"}, '
     '{"stage": "entropy_fall", "t_start": 74.5, "t_end": 89.5, "cycle": 1, '
     '"key": "top"}, '
-    '{"stage": "dilution", "t_start": 109.0, "t_end": 145.5, "cycle": 1, '
+    '{"stage": "dilution", "t_start": 101.5, "t_end": 144.0, "cycle": 1, '
     '"provisional": true, "key": "top"}, '
     '{"stage": "asymmetry_lifting", "t_start": 124.0, "t_end": 269.0, "cycle": 1, '
     '"provisional": true}]'

@@ -165,7 +165,7 @@ class StageDetector:
     min_amplitude: float = 0.1
     growth_start: float = float(np.log(2.0))
     min_growth: float = 4.0
-    margin: float = 0.1
+    margin: float = 0.05
     min_dominance: float = 1.25
     min_information: float = 0.02
 
