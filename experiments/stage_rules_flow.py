@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import time
 import warnings
 from pathlib import Path
@@ -115,7 +116,12 @@ def main(argv=None) -> None:
         )
     for who in sorted(warned):
         lines.append(f"- {who} warned that the cycle-1 rules report nothing")
-    lines.append(f"- took {time.time() - start:.0f} s ({_docs.uptime()})")
+    load = os.getloadavg()[0]
+    lines.append(
+        f"- took {time.time() - start:.0f} s (load {load:.2f})"
+        if load <= 1.5
+        else f"- not timed: a load average of {load:.2f} (above 1.5)"
+    )
     text = "\n".join(lines) + "\n"
     print(text)
     if a.write_docs:
