@@ -53,6 +53,7 @@ from gflow import (
     SequenceLoss,
     Transformer,
 )
+from gflow.analysis.online_stages import ONLINE_SIGNALS
 from gflow.problems import MarkovChain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -459,12 +460,13 @@ def online_events(traj) -> list[dict]:
     the events it reports. The probe loss is the held-out loss."""
     m = traj.metrics
     detector = OnlineStageDetector()
-    names = ("head_entropy", "head_on_top", "head_tracked_on_top", "head_self")
+    names = [k for k in ONLINE_SIGNALS if k != "loss"]
     for i, t in enumerate(np.asarray(traj.t)):
         signals = {k: np.asarray(m[k][i]) for k in names}
         signals["loss"] = float(m["held_out_loss"][i])
-        if "sv_W_A" in m:
-            signals["sv_W_A"] = np.asarray(m["sv_W_A"][i])
+        for k in ("sv_W_A", "sv_W_E", "unigram_gap"):
+            if k in m:
+                signals[k] = np.asarray(m[k][i])
         if not np.all(np.isfinite(signals["head_entropy"])):
             break  # a diverged run: the detector reads no further
         detector.update(i, float(t), signals)

@@ -53,7 +53,7 @@ import numpy as np
 from experiments import _docs
 from experiments import deep_cycle as dc
 from experiments import practical_ladder as pl
-from gflow import HeadObservables, SequenceLoss, StageDetector
+from gflow import HeadObservables, OnlineStageDetector, SequenceLoss, StageDetector
 from gflow.analysis import detect_head_stages
 from gflow.dynamics import Trajectory
 
@@ -215,6 +215,75 @@ def read(traj: Trajectory, margin: float, *, gate: bool = True) -> dict:
     }
 
 
+def online(traj: Trajectory, margin: float) -> list:
+    """The online detector read one save at a time along a run, as a monitor
+    observing every save interval would (the probe: the same held-out sequences,
+    the probe loss the held-out loss, its unigram gap the information gate)."""
+    m = traj.metrics
+    det = OnlineStageDetector(StageDetector(margin=margin))
+    if "top_dominance" in m:
+        det.frequent_token = float(m["top_dominance"][0]) >= det.detector.min_dominance
+    for i, t in enumerate(np.asarray(traj.t)):
+        signals = {k: np.asarray(m[k][i]) for k in m if k != "top_dominance"}
+        if not np.all(np.isfinite(signals["head_entropy"])):
+            break
+        det.update(i, float(t), signals)
+    return det.events
+
+
+def agreement(seeds, margin: float, rung: str, method: str) -> dict:
+    """Per data set: the online paper events (focus, dilution of cycle 1) against
+    the offline stages of the same runs. An online event matches an offline
+    stage of the same name, cycle, layer and head when it is reported within
+    [t_start - dt, max(t_end, the online condensation) + dt] (dt: the save
+    interval at the report; the online rules report a crossing at the first
+    observation after it, and no focus before condensation).
+    Returns precision, recall and the seeds with any online paper event."""
+    out = {}
+    for data in (CHAIN, *CONTROLS):
+        on = off = hit_on = hit_off = fired = n = 0
+        for seed in seeds:
+            traj = load(data, rung, method, seed)
+            if traj is None or collapsed(traj, method):
+                continue
+            n += 1
+            t = np.asarray(traj.t)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                stages = detect_head_stages(traj, detector=StageDetector(margin=margin))
+            want = {"focus", "dilution"}
+            offline = [s for s in stages if s.stage in want and s.cycle == 1]
+            everything = online(traj, margin)
+            events = [e for e in everything if e.stage in want and e.cycle == 1]
+            fired += bool(events)
+            cond = [e.t_start for e in everything if e.stage == "condensation"]
+            t_cond = cond[0] if cond else -np.inf
+
+            def near(e, s, t=t, t_cond=t_cond):
+                """Reported within a save interval of the offline span, or at the
+                online condensation when the span ended before it (the online
+                rules report no focus before condensation)."""
+                i = int(e.step)
+                dt = float(t[i] - t[i - 1]) if i > 0 else 0.0
+                late = max(s.t_end, t_cond) + dt
+                same = (e.stage, e.layer, e.head) == (s.stage, s.layer, s.head)
+                return same and s.t_start - dt <= e.t_start <= late
+
+            on += len(events)
+            off += len(offline)
+            hit_on += sum(any(near(e, s) for s in offline) for e in events)
+            hit_off += sum(any(near(e, s) for e in events) for s in offline)
+        out[data] = {
+            "n": n,
+            "online": on,
+            "offline": off,
+            "precision": hit_on / on if on else float("nan"),
+            "recall": hit_off / off if off else float("nan"),
+            "fired": fired,
+        }
+    return out
+
+
 def wilson(k: int, n: int) -> tuple[float, float]:
     """The 95% Wilson score interval of k successes in n."""
     if n == 0:
@@ -358,6 +427,32 @@ def page(held: tuple[int, ...]) -> str:
                 _fmt(iid.get("ungated", 0), iid["n"]) if iid and iid["n"] else "-"
             )
             lines.append("| " + " | ".join(row) + " |")
+    rung, method = "7 +positions", "adamw"
+    agree = agreement(held, margin, rung, method)
+    lines += [
+        "",
+        f"**The online rules on the LayerNorm block (rung {rung}: 2 layers x 2 "
+        f"heads, residual, pre-LN, value, MLP, positions) under {method}**, read "
+        "one save at a time (every 15 steps) from the runs above, as a monitor "
+        "observing each save would; matched to the offline stages of the same "
+        "runs (same name, cycle 1, layer and head, reported within "
+        "[t_start - dt, max(t_end, the online condensation) + dt], dt the save "
+        "interval at the report). The online events are those of "
+        "`OnlineStageDetector` on the stored signals, not of `gflow.Monitor` "
+        "running inside the training loop.",
+        "",
+        "| data | seeds | online focus/dilution events | offline stages | "
+        "precision | recall | seeds with an online paper event |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for data, a in agree.items():
+        if not a["n"]:
+            continue
+        lines.append(
+            f"| {data} | {a['n']} | {a['online']} | {a['offline']} | "
+            f"{a['precision']:.2f} | {a['recall']:.2f} | "
+            f"{_fmt(a['fired'], a['n'])} |"
+        )
     lines += [
         "",
         "**Other named moves on the controls** (never counted as the paper's "

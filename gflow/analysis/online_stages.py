@@ -192,6 +192,7 @@ class _Head:
         self.rules: dict[str, _Rule] = {}
         self.opened = False
         self.focused = False
+        self.dilution_opened = False
 
 
 class OnlineStageDetector:
@@ -266,10 +267,12 @@ class OnlineStageDetector:
         new: list[Stage] = []
         if not self._condensed:
             for head in self._heads:  # track the moves; report after condensation
-                for rule in head.rules.values():
+                for rule in list(head.rules.values()):
                     value = _head_signal(x, rule.signal, head.layer, head.head)
                     if self._crossed(rule, value, t) and rule.pending is None:
                         rule.pending = value
+                        if rule.stage == "focus":
+                            self._open_dilution(head, x, t)
             self._condensation(step, t, float(x["loss"]), x, new)
         if self._condensed:
             for head in self._heads:
@@ -390,6 +393,8 @@ class OnlineStageDetector:
                 value = rule.pending  # crossed before condensation: report it now
             if rule.gated and not self._informed:
                 rule.pending = value if rule.pending is None else rule.pending
+                if stage == "focus":
+                    self._open_dilution(head, x, t)
                 continue  # held until the run proves informative
             del head.rules[stage]
             fired.append(stage)
@@ -432,13 +437,22 @@ class OnlineStageDetector:
         i = max(int(np.searchsorted(times, t, side="right")) - 1, 0)
         return self._history[i][1]
 
+    def _open_dilution(self, head: _Head, x, t) -> None:
+        """Cycle 1's dilution, measured from the focus's crossing (once): a focus
+        held for condensation or for the information gate does not lose the fall
+        that follows it meanwhile."""
+        if head.cycle == 1 and not head.dilution_opened:
+            head.dilution_opened = True
+            self._open(
+                head, "dilution", "head_tracked_key_excess:0", -1, x, t, key="top"
+            )
+            head.rules["dilution"].gated = True  # never before its focus
+
     def _step_head(self, head: _Head, step, t, x, new) -> None:
         fired = self._step_rules(head, step, t, x, new)
         if "focus" in fired and head.cycle == 1:
             head.focused = True
-            self._open(
-                head, "dilution", "head_tracked_key_excess:0", -1, x, t, key="top"
-            )
+            self._open_dilution(head, x, t)
         if "head_lifting" in fired:
             head.lift_cycle += 1
             self._open_lift(head, x, t)
