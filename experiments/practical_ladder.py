@@ -53,7 +53,7 @@ from gflow import (
     SequenceLoss,
     Transformer,
 )
-from gflow.analysis.online_stages import ONLINE_SIGNALS
+from gflow.analysis import ONLINE_SIGNALS
 from gflow.problems import MarkovChain
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -710,7 +710,10 @@ def test_every_public_figure_function_is_rendered_here():
 
 
 def test_the_palette_is_one_colour_per_stage_kind():
+    from gflow.analysis import MOVE_NAMES, STAGE_NAMES
+
     kinds = ["condensation", "focus", "dilution", "asymmetry_lifting"]
-    assert list(STAGE_COLOURS) == kinds  # every kind gflow.Stage accepts
+    assert list(STAGE_NAMES) == kinds
+    assert list(STAGE_COLOURS) == kinds + list(MOVE_NAMES)  # every kind of Stage
     assert len({to_rgb(c) for c in STAGE_COLOURS.values()}) == len(STAGE_COLOURS)
     assert matplotlib.get_backend().lower() == "agg"

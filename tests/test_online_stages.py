@@ -307,6 +307,18 @@ def test_events_are_stages_written_as_the_old_jsonl_lines():
     assert (dilution.signal, dilution.key) == ("head_tracked_key_excess:0", "top")
 
 
+def test_the_signals_it_needs_are_public():
+    from gflow.analysis import ONLINE_SIGNALS
+
+    det = OnlineStageDetector()
+    t = np.arange(3.0)
+    sig = _signals(t)
+    for name in ONLINE_SIGNALS:
+        partial = {k: v[0] for k, v in sig.items() if k != name}
+        with pytest.raises(ValueError, match=name):
+            det.update(0, 0.0, partial)
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="window"):
         OnlineStageDetector(window=0)

@@ -348,33 +348,43 @@ def test_beyond_control_lists_the_rungs_outside_the_controls_interval():
 
 def _series(n=40):
     """One head's saves: the loss falls over saves 0-10 and then rests; the head's
-    entropy falls by 0.176 nats per save over saves 15-20; the tracked queries'
-    attention on the top token falls by 0.12 per save over saves 25-30."""
+    entropy falls by 0.176 nats per save over saves 15-20 as its excess on the top
+    token rises by 0.176 per save; the tracked queries' excess on the top token
+    falls by 0.12 per save over saves 25-30."""
     t = np.arange(n) * 7.5
     loss = np.where(np.arange(n) < 10, 1.0 - 0.05 * np.arange(n), 0.5)
     ent = np.interp(np.arange(n), [15, 20], [1.38, 0.5])
-    tracked = np.interp(np.arange(n), [25, 30], [0.9, 0.3])
+    every = np.zeros((n, 1, 1, 5))
+    every[:, 0, 0, 0] = np.interp(np.arange(n), [15, 20], [0.0, 0.88])
+    tracked = np.zeros((n, 1, 1, 5))
+    tracked[:, 0, 0, 0] = np.interp(np.arange(n), [25, 30], [0.6, 0.0])
     metrics = {
         "held_out_loss": loss,
         "head_entropy": ent[:, None, None],
-        "head_on_top": np.full((n, 1, 1), 0.5),
-        "head_tracked_on_top": tracked[:, None, None, None],
-        "head_self": np.full((n, 1, 1), 0.2),
+        "head_key_excess": every,
+        "head_tracked_key_excess": tracked,
+        "head_top_query_excess": np.zeros((n, 1, 1)),
     }
     return types.SimpleNamespace(t=t, metrics=metrics)
 
 
 def test_online_events_replay_the_saves_through_the_online_rules():
-    """Focus where the entropy first lies 0.1 nats (the default min_amplitude)
-    below its running maximum: save 16 (1.38 - 0.176); dilution where the tracked
-    attention first lies 0.1 below its maximum since the focus: save 26 (0.78)."""
+    """Focus where the excess on top first lies the margin (0.05) above its running
+    minimum: save 16 (0.176), with the entropy fall (0.1 nats below its maximum)
+    at the same save; dilution where the tracked excess first lies 0.05 below its
+    maximum since the focus: save 26 (0.48)."""
     events = {e["event"]: e for e in pl.online_events(_series())}
     assert events["condensation"]["step"] <= 15
     assert (events["focus"]["step"], events["focus"]["t"]) == (16, 16 * 7.5)
     assert (events["focus"]["layer"], events["focus"]["head"]) == (0, 0)
     assert events["dilution"]["step"] == 26
+    assert (events["entropy_fall"]["step"], events["entropy_fall"]["key"]) == (
+        16,
+        "top",
+    )
     flat = _series()
     flat.metrics["head_entropy"] = np.full((40, 1, 1), 1.38)
+    flat.metrics["head_key_excess"] = np.zeros((40, 1, 1, 5))
     assert "focus" not in {e["event"] for e in pl.online_events(flat)}
     broken = _series()
     broken.metrics["head_entropy"] = broken.metrics["head_entropy"].copy()

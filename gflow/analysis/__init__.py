@@ -44,6 +44,7 @@ from gflow.analysis.stages import detect_stages as detect_stages
 from gflow.analysis.stages import turning_points as turning_points
 from gflow.analysis.head_stages import HeadStage as HeadStage
 from gflow.analysis.head_stages import detect_head_stages as detect_head_stages
+from gflow.analysis.online_stages import ONLINE_SIGNALS as ONLINE_SIGNALS
 from gflow.analysis.online_stages import OnlineStageDetector as OnlineStageDetector
 
 # Hessians, critical points and the saddle
@@ -98,6 +99,7 @@ __all__ = [
     "DIFFUSE",
     "KEY_CLASSES",
     "MOVE_NAMES",
+    "ONLINE_SIGNALS",
     "STAGE_NAMES",
     "attention_rows",
     "class_masks",
