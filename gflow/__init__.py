@@ -103,6 +103,7 @@ from gflow.text import TextLoss as TextLoss
 from gflow.text import TextObservables as TextObservables
 from gflow.text import Vocabulary as Vocabulary
 from gflow.text import WindowStream as WindowStream
+from gflow.text import corpus_path as corpus_path
 from gflow.text import fixed_sample as fixed_sample
 from gflow.text import load_corpus as load_corpus
 
@@ -179,6 +180,7 @@ __all__ = [
     "detect_stages",
     "effective_rank",
     "entropy",
+    "corpus_path",
     "evaluate_metrics",
     "fit_order",
     "fixed_sample",

@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 
 from gflow.text import (
+    PACKAGED_CORPORA,
     UNK,
     ByteTokenizer,
     Vocabulary,
     WindowStream,
     WordTokenizer,
+    corpus_path,
     fixed_sample,
     load_corpus,
 )
@@ -72,6 +74,30 @@ def test_load_corpus_file_folder_and_errors(tmp_path):
     # A hub name never downloads unless asked, and the error says what to pass.
     with pytest.raises(ValueError, match="local text file"):
         load_corpus("wikitext")
+
+
+def test_the_shipped_corpus_is_package_data_with_its_licence(tmp_path, monkeypatch):
+    """The text the docs' examples and `--corpus tinystories-excerpt` read ships in
+    the package (pyproject's package-data; .ci/wheel_check finds it in the wheel),
+    under 100 kB, with its CDLA-Sharing-1.0 note beside it."""
+    assert set(PACKAGED_CORPORA) == {"tinystories-excerpt"}
+    path = corpus_path()
+    assert path == corpus_path("tinystories-excerpt") and path.is_file()
+    assert 90_000 < path.stat().st_size < 100_000
+    assert "CDLA-Sharing-1.0" in (path.parent / "TINYSTORIES_LICENSE.md").read_text()
+    text = load_corpus("tinystories-excerpt")
+    assert text == path.read_text() and text.startswith("Spot. Spot saw")
+    assert text.endswith("treasures she found.\n")  # ends at a story's end
+    assert load_corpus("tinystories-excerpt", max_chars=5) == "Spot."
+    # from any folder; a local file of that name comes first
+    monkeypatch.chdir(tmp_path)
+    assert load_corpus("tinystories-excerpt") == text
+    (tmp_path / "tinystories-excerpt").write_text("mine")
+    assert load_corpus("tinystories-excerpt") == "mine"
+    with pytest.raises(ValueError, match="no corpus 'wikitext' ships"):
+        corpus_path("wikitext")
+    with pytest.raises(ValueError, match="tinystories-excerpt"):
+        load_corpus("no-such-corpus")
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,8 @@ their phases and the stability check.
 
 # Corpora and tokenisers
 from gflow.text.corpus import HUB_CORPORA as HUB_CORPORA
+from gflow.text.corpus import PACKAGED_CORPORA as PACKAGED_CORPORA
+from gflow.text.corpus import corpus_path as corpus_path
 from gflow.text.corpus import load_corpus as load_corpus
 from gflow.text.tokenize import TOKENIZERS as TOKENIZERS
 from gflow.text.tokenize import UNK as UNK
@@ -77,6 +79,7 @@ __all__ = [
     "SubwordTokenization",
     "ByteTokenizer",
     "HUB_CORPORA",
+    "PACKAGED_CORPORA",
     "PositionalAttentionModel",
     "SubwordTokenizer",
     "TOKENIZERS",
@@ -90,6 +93,7 @@ __all__ = [
     "WordTokenizer",
     "batch_loss",
     "checked_saves",
+    "corpus_path",
     "counts_loss",
     "default_queries",
     "describe",

@@ -1,12 +1,21 @@
 """Text corpora: local files and folders, and (opt-in, online) Hugging Face corpora.
 
 Nothing downloads unless asked: a hub name needs ``download=True`` and the optional
-``datasets`` package (``pip install gflow[hf]``), imported only then.
+``datasets`` package (``pip install gflow[hf]``), imported only then. A small text
+ships with the package (``PACKAGED_CORPORA``), so that the text commands and the
+documentation's examples run offline, from any folder.
 """
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
+
+#: Corpora shipped with gflow, by name: the file under ``gflow/text/data/`` (package
+#: data; its licence note, ``TINYSTORIES_LICENSE.md``, lies beside it).
+#: ``tinystories-excerpt``: the first 94 765 bytes of TinyStories' validation split
+#: (CDLA-Sharing-1.0), about 900 stories' lines and 18 600 words.
+PACKAGED_CORPORA = {"tinystories-excerpt": "tinystories_excerpt.txt"}
 
 #: Hub corpora by short name: (dataset path, config name or None, text column).
 HUB_CORPORA = {
@@ -17,9 +26,28 @@ HUB_CORPORA = {
 }
 
 _LOCAL_HINT = (
-    "pass a local text file or folder instead, e.g. --corpus "
-    "../shared/data/tinystories/sample.txt"
+    "pass a local text file or folder instead, or the text shipped with gflow: "
+    "--corpus tinystories-excerpt"
 )
+
+
+def corpus_path(name: str = "tinystories-excerpt") -> Path:
+    """The path of a corpus shipped with gflow (``PACKAGED_CORPORA``), for commands
+    and libraries that want a file: ``gflow text --corpus "$(python -c 'import
+    gflow.text; print(gflow.text.corpus_path())')"``. The name itself works wherever
+    a corpus is read (``load_corpus``, ``gflow text --corpus``, ``gflow train
+    --data``).
+
+    Raises:
+        ValueError: a name that is not in ``PACKAGED_CORPORA``.
+    """
+    if name not in PACKAGED_CORPORA:
+        raise ValueError(
+            f"no corpus {name!r} ships with gflow; the shipped ones are "
+            f"{sorted(PACKAGED_CORPORA)}"
+        )
+    # an installed wheel is unpacked on disk, so the resource is a real file
+    return Path(str(resources.files("gflow.text") / "data" / PACKAGED_CORPORA[name]))
 
 
 def _read_text_file(path: str | Path) -> str:
@@ -96,8 +124,10 @@ def load_corpus(
 
     Args:
         source: a local text file, a folder (its ``.txt``/``.tokens``/``.raw`` files in
-            sorted order, joined by newlines), or a hub name from ``HUB_CORPORA``
-            (``"wikitext"`` = wikitext-2-raw-v1, ``"tinystories"``).
+            sorted order, joined by newlines), the name of a corpus shipped with
+            gflow (``PACKAGED_CORPORA``: ``"tinystories-excerpt"``) or a hub name
+            from ``HUB_CORPORA`` (``"wikitext"`` = wikitext-2-raw-v1,
+            ``"tinystories"``). A local file or folder of that name comes first.
         split: the hub split (local sources ignore it).
         max_chars: keep at most this many characters (the start of the corpus).
         download: allow a hub corpus to be fetched. Off by default so nothing
@@ -117,6 +147,8 @@ def load_corpus(
         text = _read_text_file(path)
     elif path.is_dir():
         text = _read_folder(path)
+    elif str(source) in PACKAGED_CORPORA:
+        text = _read_text_file(corpus_path(str(source)))
     elif str(source) in HUB_CORPORA:
         if not download:
             raise ValueError(
@@ -127,7 +159,7 @@ def load_corpus(
     else:
         raise ValueError(
             f"corpus {str(source)!r} is neither a file, a folder nor one of "
-            f"{sorted(HUB_CORPORA)}; {_LOCAL_HINT}"
+            f"{sorted(PACKAGED_CORPORA) + sorted(HUB_CORPORA)}; {_LOCAL_HINT}"
         )
     if max_chars is not None:
         text = text[:max_chars]

@@ -76,8 +76,8 @@ class TextConfig(AbstractConfig):
 
     corpus: str = setting(
         "",
-        "a text file or folder, or 'wikitext' / 'tinystories' with --download "
-        "(required unless --resume)",
+        "a text file or folder, 'tinystories-excerpt' (text shipped with gflow), or "
+        "'wikitext' / 'tinystories' with --download (required unless --resume)",
     )
     vocab_size: int = setting(
         200, "V: kept types (word, byte), or the pieces a subword tokeniser trains"

@@ -29,6 +29,7 @@ from gflow.runs.names import (
     SOLVERS,
     TRAINING,
 )
+from gflow.text.corpus import PACKAGED_CORPORA
 from gflow.text.subword import KINDS as SUBWORD_KINDS
 from gflow.text.subword import WHITESPACE_MODES
 from gflow.text.tokenize import TOKENIZERS
@@ -63,8 +64,8 @@ class TrainConfig(AbstractConfig):
     data: str = setting(
         "markov",
         "'markov' (the paper's chain, --pi, --lam), 'icl-markov' (in-context Markov "
-        "chains: each sequence its own transition matrix, --states, --alpha) or a "
-        "text file or folder",
+        "chains: each sequence its own transition matrix, --states, --alpha), a "
+        "text file or folder, or 'tinystories-excerpt' (text shipped with gflow)",
     )
     pi: tuple[float, ...] = setting(
         (0.75, 0.19, 0.05, 0.01), "markov: the chain's stationary distribution π"
@@ -217,11 +218,14 @@ class TrainConfig(AbstractConfig):
                 source.check()
             except ValueError as e:
                 bad(source.settings, str(e))
-        elif not self.data.strip() or not Path(self.data).exists():
+        elif not self.data.strip() or not (
+            Path(self.data).exists() or self.data in PACKAGED_CORPORA
+        ):
             bad(
                 "data",
-                f"{self.data!r} is neither one of {', '.join(DATASETS)} nor a text "
-                "file or folder",
+                f"{self.data!r} is neither one of {', '.join(DATASETS)}, a text "
+                f"file or folder, nor the text shipped with gflow "
+                f"({', '.join(PACKAGED_CORPORA)})",
             )
         self._check_method()
         self._check_model()
