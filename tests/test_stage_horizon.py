@@ -337,3 +337,74 @@ def test_stage_horizon_over_two_seeds_is_resumable(tmp_path, capsys):
     assert "seed 2:" in out and "seed 0:" not in out
     assert again["seeds"]["0"] == res["seeds"]["0"]
     assert "The check holds in **3 of 3** seeds." in sh.render(again)
+
+
+def _deep_adamw(steps: int, seed: int = 0):
+    """A 2-layer, 2-head pre-LN block with MLP and positions (the ladder's rung 7
+    at width 8, context 8) under AdamW with a constant step size on fresh batches of
+    the paper's chain, observed every 10 steps on 32 held-out sequences; the run's
+    unigram gap is the held-out loss minus H(π)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from gflow import HeadObservables, SequenceLoss, Transformer
+    from gflow.dynamics import minibatch_segment
+    from gflow.problems import MarkovChain, MarkovStream, sequence_loss
+
+    chain = MarkovChain.default()
+    held = chain.sample(key=jax.random.key(100), batch=32, length=9)
+    model = Transformer.init(
+        d_vocab=4,
+        d_model=8,
+        n_layers=2,
+        n_heads=2,
+        key=jax.random.key(seed),
+        init_scale=1e-3,
+        d_ff=16,
+        value=True,
+        layernorm=True,
+        residual=True,
+        max_len=8,
+        dtype=jnp.float32,
+    )
+    traj, _ = minibatch_segment(
+        SequenceLoss(held),
+        model,
+        optax.adamw(0.01, weight_decay=0.01),
+        MarkovStream(chain, batch=16, length=9),
+        batch_loss=sequence_loss,
+        key=jax.random.key(seed + 1),
+        steps=steps,
+        save_every=10,
+        learning_rate=0.01,
+        observables=HeadObservables.default(held, 4),
+    )
+    metrics = dict(traj.metrics)
+    metrics["unigram_gap"] = np.asarray(metrics["loss"]) - chain.unigram_loss
+    return Trajectory(t=np.asarray(traj.t), metrics=metrics, final=None)
+
+
+@pytest.fixture(scope="module")
+def deep_adamw():
+    return _deep_adamw(300)
+
+
+def test_a_deep_adamw_run_closes_the_same_stages_on_every_prefix(deep_adamw):
+    """The stages closed by save s are the same whether the detector reads the run
+    to s or to its end (every 5th save of a 300-step run with a constant step
+    size): what a prefix closed, every longer prefix keeps."""
+    n = deep_adamw.t.size
+    runs = [
+        detect_head_stages(_prefix(deep_adamw, deep_adamw.t[k])) for k in range(5, n, 5)
+    ]
+    runs.append(detect_head_stages(deep_adamw))
+    _assert_closed_stages_persist(runs)
+    assert any(not s.provisional for s in runs[-1] if s.layer >= 0)
+
+
+@pytest.mark.slow
+def test_a_longer_deep_adamw_run_keeps_the_closed_stages_of_every_prefix():
+    run = _deep_adamw(1500)
+    ends = run.t[20::10]
+    _assert_closed_stages_persist([detect_head_stages(_prefix(run, e)) for e in ends])
