@@ -31,7 +31,7 @@ start, is reported as collapsed or diverged and its stages are not counted.
 
 Command (resumable: each run is cached under experiments/results/stage_controls/):
     PYTHONPATH=$PWD python experiments/stage_controls.py --seeds 0-9     # tuning
-    PYTHONPATH=$PWD python experiments/stage_controls.py --seeds 10-34   # held out
+    PYTHONPATH=$PWD python experiments/stage_controls.py --seeds 10-44   # held out
     PYTHONPATH=$PWD python experiments/stage_controls.py --doc-only      # the page
 """
 
@@ -448,10 +448,12 @@ def page(held: tuple[int, ...]) -> str:
     for data, a in agree.items():
         if not a["n"]:
             continue
+        prec, rec = (
+            "-" if math.isnan(v) else f"{v:.2f}" for v in (a["precision"], a["recall"])
+        )
         lines.append(
-            f"| {data} | {a['n']} | {a['online']} | {a['offline']} | "
-            f"{a['precision']:.2f} | {a['recall']:.2f} | "
-            f"{_fmt(a['fired'], a['n'])} |"
+            f"| {data} | {a['n']} | {a['online']} | {a['offline']} | {prec} | "
+            f"{rec} | {_fmt(a['fired'], a['n'])} |"
         )
     lines += [
         "",
@@ -490,8 +492,8 @@ def _seeds(text: str) -> tuple[int, ...]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 10-34")
-    p.add_argument("--held-out", default="10-34", help="the seeds of the page")
+    p.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 10-44")
+    p.add_argument("--held-out", default="10-44", help="the seeds of the page")
     p.add_argument("--data", help="comma-separated data sets (default: all)")
     p.add_argument("--doc-only", action="store_true")
     args = p.parse_args(argv)
