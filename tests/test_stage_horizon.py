@@ -387,16 +387,16 @@ def _deep_adamw(steps: int, seed: int = 0):
 
 @pytest.fixture(scope="module")
 def deep_adamw():
-    return _deep_adamw(300)
+    return _deep_adamw(150)
 
 
 def test_a_deep_adamw_run_closes_the_same_stages_on_every_prefix(deep_adamw):
     """The stages closed by save s are the same whether the detector reads the run
-    to s or to its end (every 5th save of a 300-step run with a constant step
+    to s or to its end (every 5th save of a 150-step run with a constant step
     size): what a prefix closed, every longer prefix keeps."""
     n = deep_adamw.t.size
     runs = [
-        detect_head_stages(_prefix(deep_adamw, deep_adamw.t[k])) for k in range(5, n, 5)
+        detect_head_stages(_prefix(deep_adamw, deep_adamw.t[k])) for k in range(3, n, 3)
     ]
     runs.append(detect_head_stages(deep_adamw))
     _assert_closed_stages_persist(runs)
