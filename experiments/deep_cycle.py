@@ -527,6 +527,8 @@ def _order(stages) -> str:
     D01@54`` (C–t: condensation ends at t; digits: layer and head; /k: cycle k)."""
     parts = []
     for s in stages:
+        if s["stage"] not in STAGE_LETTERS:  # a named move, not a paper stage
+            continue
         letter = STAGE_LETTERS[s["stage"]]
         if s["layer"] < 0:
             parts.append(f"{letter}–{s['t_end']:.3g}")

@@ -321,6 +321,7 @@ def seeds_table(first: int, summaries: dict[int, dict]) -> str:
             f"{s['cycle']}{short[s['stage']]} {s['t_start']:g}"
             + ("?" if s["provisional"] else "")
             for s in res["stages"]
+            if s["stage"] in short  # the paper's stages; named moves apart
         )
         ext = ", ".join(
             f"{'↓' if e['kind'] == 'min' else '↑'} {e['t']:g}: {e['value']:.3f}"

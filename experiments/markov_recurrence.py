@@ -118,7 +118,7 @@ def overlap(a: dict, b: dict) -> float:
 def summarise(traj, stages) -> dict:
     """Cycles, each cycle's stages and whether its focus and dilution are distinct,
     and the entropy's significant extrema."""
-    rows = [s.to_dict() for s in stages]
+    rows = [s.to_dict() for s in stages if s.is_paper_stage]  # named moves apart
     cycles = sorted({r["cycle"] for r in rows})
     per_cycle = []
     for c in cycles:

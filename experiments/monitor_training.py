@@ -300,7 +300,8 @@ def run_arm(cfg, data, trainer, model, seed, arm, out_dir, *, log=print) -> dict
         events = [e.to_dict() for e in monitor.events]  # results.json's records
         offline = offline_stages(monitor, data.unigram_loss)
     wall = time.perf_counter() - start
-    names = " ".join(_event_label(e) for e in events) or "no event"
+    paper = [e for e in events if e["event"] in _LETTERS]  # the named moves apart
+    names = " ".join(_event_label(e) for e in paper) or "no event"
     log(
         f"seed {seed} {arm}: held-out loss {held[-1]:.4f}, {names}"
         + (

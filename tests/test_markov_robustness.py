@@ -142,7 +142,9 @@ def test_quick_run_writes_table_and_resumes(tmp_path):
     assert set(saved["runs"]) == {"default/seed0", "eps_0.1/seed0"}
     default = saved["runs"]["default/seed0"]
     assert default["order"] and default["plateau"] > 30
-    assert 60 < default["focus_start"] < 64  # docs/markov_cycle.md: 62
+    # the focus onto the top token starts at 58.5-60 on the default flow, a little
+    # before the entropy's fall at 62 (docs/stage_rules.md, docs/markov_cycle.md)
+    assert 56 < default["focus_start"] < 64
     body = doc.read_text()
     assert "| default |" in body and "| ε = 0.1 |" in body
     assert "order 1/1; plateau present" in body

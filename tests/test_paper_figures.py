@@ -21,7 +21,8 @@ def flow():
     cfg = FlowConfig(t1=100.0, d_model=8, init_scale=1e-2, num_saves=101)
     traj = run_flow(cfg, progress=False)
     pi = np.asarray(cfg.chain().pi)
-    return traj, detect_stages(traj, pi=pi), pi
+    # the paper's stages (the named moves, here the entropy fall, are apart)
+    return traj, [s for s in detect_stages(traj, pi=pi) if s.is_paper_stage], pi
 
 
 def _png(path):
