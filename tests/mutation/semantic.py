@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -75,7 +76,7 @@ RELATED = {
     "gflow/analysis/online_stages.py": ["test_online_stages.py"],
     "gflow/analysis/key_classes.py": ["test_key_classes.py"],
     "gflow/analysis/compare.py": ["test_compare.py"],
-    "gflow/analysis/sweep_compare.py": ["test_sweep_compare.py"],
+    "gflow/analysis/sweep_compare.py": ["test_optimizer_odes.py"],
     "gflow/analysis/sharpness.py": [
         "test_compare.py",
         "test_preconditioned_sharpness.py",
@@ -108,7 +109,14 @@ CONTROLS = [
 ]
 
 #: Mutants judged equivalent (id -> the argument); they leave the score's total.
-EQUIVALENT: dict[str, str] = {}
+EQUIVALENT: dict[str, str] = {
+    "losses-blocked-threshold": (
+        "dense=True and dense=False only choose between the d×d and the gathered"
+        " form of the same loss (`_use_dense` has no other caller), so swapping"
+        " them changes the cost and the last bits, never the value a test can"
+        " hold to a tolerance"
+    ),
+}
 
 QUICK_TIMEOUT, FULL_TIMEOUT = 900, 1800
 _lock = threading.Lock()
@@ -177,6 +185,10 @@ def load_results() -> dict:
 
 def save_results(results: dict) -> None:
     with _lock:
+        if results.get("runs") and "t0" in results["runs"][-1]:
+            run = results["runs"][-1]
+            run["seconds"] = round(time.time() - run["t0"])
+            run["load_after"] = [round(x, 2) for x in os.getloadavg()]
         RESULTS.parent.mkdir(exist_ok=True)
         tmp = RESULTS.with_suffix(".tmp")
         tmp.write_text(json.dumps(results, indent=1))
@@ -239,6 +251,8 @@ def run_pytest(copy: Path, args: list[str], timeout: float) -> dict:
     seconds = round(time.monotonic() - t0, 1)
     if proc.returncode == 0:
         return {"outcome": "passed", "seconds": seconds}
+    if proc.returncode == 5:  # pytest selected no test (all slow): nothing caught it
+        return {"outcome": "passed", "seconds": seconds, "note": "no test selected"}
     found = _FAIL.search(proc.stdout)
     tail = (
         proc.stdout.strip().splitlines()[-1:] or proc.stderr.strip().splitlines()[-1:]
@@ -306,8 +320,19 @@ def main(argv=None) -> int:
     todo = [m for m in chosen if not done(m)]
     if args.limit is not None:
         todo = todo[: args.limit]
-    started = time.time()
-    load0 = os.getloadavg()
+    # this invocation's entry, kept up to date at every save: an interrupted run
+    # still reports its time and load
+    results.setdefault("runs", []).append(
+        {
+            "started": time.strftime("%Y-%m-%d %H:%M"),
+            "seconds": 0,
+            "mutants": len(todo),
+            "load_before": [round(x, 2) for x in os.getloadavg()],
+            "load_after": None,
+            "argv": sys.argv[1:] if argv is None else list(argv),
+            "t0": time.time(),
+        }
+    )
     with tempfile.TemporaryDirectory(prefix="gflow-semantic-") as tmp:
         copies = [make_copy(Path(tmp) / f"copy{j}") for j in range(max(1, args.jobs))]
         check_import(copies[0])
@@ -372,16 +397,6 @@ def main(argv=None) -> int:
             results["mutants"][m["id"]] = r
             save_results(results)
             print(f"{m['id']}: full {r}", flush=True)
-    results.setdefault("runs", []).append(
-        {
-            "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
-            "seconds": round(time.time() - started),
-            "mutants": len(todo),
-            "load_before": [round(x, 2) for x in load0],
-            "load_after": [round(x, 2) for x in os.getloadavg()],
-            "argv": sys.argv[1:] if argv is None else list(argv),
-        }
-    )
     save_results(results)
     write_table(mutants, results)
     return 0
@@ -411,7 +426,7 @@ def write_table(mutants: list[dict], results: dict) -> None:
         ("**Partial run: " if partial else "**")
         + f"{len(ran)} of {len(mutants)} mutants run"
         + (".** " if partial else ".** ")
-        + f"Killed {len(killed)} of {total} non-equivalent"
+        + f"Killed {len(killed)} of the {total} decided non-equivalent ones"
         + (f" ({100 * len(killed) / total:.0f}%)" if total else "")
         + f"; {len(quick)} by their module's own tests,"
         f" {len(killed) - len(quick)} only by the whole default suite"
@@ -422,7 +437,8 @@ def write_table(mutants: list[dict], results: dict) -> None:
         + (
             " (load average before/after: "
             + "; ".join(
-                f"{r['load_before'][0]:.1f}/{r['load_after'][0]:.1f}" for r in runs
+                f"{r['load_before'][0]:.1f}/{(r['load_after'] or [math.nan])[0]:.1f}"
+                for r in runs
             )
             + ")"
             if runs
@@ -437,6 +453,31 @@ def write_table(mutants: list[dict], results: dict) -> None:
         + ".",
         "",
     ]
+    lines += [
+        "| file | listed | killed by its tests | killed by the suite | survived"
+        " | not decided |",
+        "|---|---|---|---|---|---|",
+    ]
+    for file in sorted({m["file"] for m in mutants}):
+        ids = [m["id"] for m in mutants if m["file"] == file]
+        n_quick = sum(i in quick for i in ids)
+        n_full = sum(i in killed for i in ids) - n_quick
+        n_surv = sum(i in survived for i in ids)
+        n_left = sum(i not in ran for i in ids)
+        lines.append(
+            f"| `{file.removeprefix('gflow/')}` | {len(ids)} | {n_quick} | {n_full}"
+            f" | {n_surv} | {n_left} |"
+        )
+    lines.append("")
+    pending = [i for i, r in rows.items() if r and "verdict" not in r]
+    if pending:
+        lines += [
+            f"Not yet decided ({len(pending)}): these passed their module's own tests"
+            " and wait for the whole default suite:",
+            "",
+            ", ".join(f"`{i}`" for i in pending) + ".",
+            "",
+        ]
     if live:
         lines += ["Survivors (the default suite does not notice these bugs):", ""]
         lines += [f"- `{i}` ({by_id[i]['file']}): {by_id[i]['why']}" for i in live]
