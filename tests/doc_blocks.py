@@ -41,7 +41,8 @@ FRAMEWORKS = ("torch", "transformers", "flax", "tokenizers")
 #: other runnable block is marked slow (README's 32 s, the concepts' flows 46-69 s,
 #: the frameworks' loops).
 FAST = {
-    "docs/monitor.md: Monitor a training loop",
+    # the monitor's Markov loop (7-11 s) runs in the slow set: the default run
+    # keeps within 3 minutes on 2 cores
     "docs/monitor.md: From NumPy",
 }
 

@@ -390,6 +390,7 @@ def deep_adamw():
     return _deep_adamw(150)
 
 
+@pytest.mark.slow  # its compile is 7.5 s; the default run keeps the one-layer prefixes
 def test_a_deep_adamw_run_closes_the_same_stages_on_every_prefix(deep_adamw):
     """The stages closed by save s are the same whether the detector reads the run
     to s or to its end (every 5th save of a 150-step run with a constant step
