@@ -46,7 +46,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
 from gflow.analysis.attending import Attending, attention_rows, head_singular_values
-from gflow.analysis.key_classes import class_masks, key_excess, top_dominance
+from gflow.analysis.key_classes import class_masks, excess_signals, top_dominance
 from gflow.analysis.observables import entropy, singular_values
 from gflow.problems.transformer import product_singular_values
 
@@ -78,21 +78,6 @@ def _masked_mean(
     """values / count where count > 0, else 0 (no NaN, no Python branch)."""
     some = count > 0
     return jnp.where(some, values / jnp.where(some, count, 1.0), 0.0)
-
-
-def _class_signals(xp, attn, contexts, top, is_tracked, top_query) -> dict:
-    """``head_key_excess``, ``head_tracked_key_excess`` and ``head_top_query_excess``
-    from attention [b, l, h, r, s] (module docstring)."""
-    masks = class_masks(xp, contexts, attn.shape[-2], top, attn.dtype)
-    heads_first = xp.moveaxis(attn, 0, 2)  # [l, h, b, r, s]
-    every = xp.ones_like(is_tracked)
-    return {
-        "head_key_excess": key_excess(xp, heads_first, masks, every),
-        "head_tracked_key_excess": key_excess(xp, heads_first, masks, is_tracked),
-        "head_top_query_excess": key_excess(xp, heads_first, masks[:1], top_query)[
-            ..., 0
-        ],
-    }
 
 
 class HeadObservables(eqx.Module):
@@ -205,7 +190,9 @@ class HeadObservables(eqx.Module):
                 jnp.einsum("blhi,bi->lh", on_self, is_tracked), jnp.sum(is_tracked)
             ),
         }
-        out |= _class_signals(jnp, attn, contexts, self.top, is_tracked, top_query)
+        masks = class_masks(jnp, contexts, attn.shape[-2], self.top, dtype)
+        heads_first = jnp.moveaxis(attn, 0, 2)  # [l, h, b, r, s]
+        out |= excess_signals(jnp, heads_first, masks, is_tracked, top_query)
         out["top_dominance"] = self.dominance.astype(dtype)
         W_E, W_P = getattr(model, "W_E", None), getattr(model, "W_P", None)
         if W_E is not None and W_P is not None:

@@ -45,6 +45,7 @@ __all__ = [
     "DIFFUSE",
     "KEY_CLASSES",
     "class_masks",
+    "excess_signals",
     "key_excess",
     "moved_onto",
     "top_dominance",
@@ -97,6 +98,19 @@ def key_excess(xp, attn, masks, weights) -> Any:
     excess = xp.einsum("lhcbi,bi->lhc", mass - base, weights)
     some = total > 0
     return xp.where(some, excess / xp.where(some, total, 1.0), 0.0 * excess)
+
+
+def excess_signals(xp, attn, masks, is_tracked, top_query) -> dict:
+    """The three excess signals of the stage rules from attention [l, h, b, r, s]
+    and ``masks`` [C, b, r, s]: ``head_key_excess`` (every query row),
+    ``head_tracked_key_excess`` (the rows weighted by ``is_tracked`` [b, r]) and
+    ``head_top_query_excess`` (the top token's rows, ``top_query`` [b, r], on the
+    top class)."""
+    return {
+        "head_key_excess": key_excess(xp, attn, masks, is_tracked * 0 + 1),
+        "head_tracked_key_excess": key_excess(xp, attn, masks, is_tracked),
+        "head_top_query_excess": key_excess(xp, attn, masks[:1], top_query)[..., 0],
+    }
 
 
 def top_dominance(tokens: Int[ArrayLike, "..."] | Sequence[int], top: int) -> float:

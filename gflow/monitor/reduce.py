@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from jaxtyping import ArrayLike, Float, Int
 
-from gflow.analysis.key_classes import class_masks, key_excess
+from gflow.analysis.key_classes import class_masks, excess_signals
 
 __all__ = ["AttentionSignals", "ProbeMasks", "attention_signals", "reduce_attention"]
 
@@ -100,7 +100,8 @@ def reduce_attention(xp, attn, contexts, top, tracked, masks=None) -> dict:
     on_self = xp.einsum("lhbij,bij->lhbi", attn, masks.same)
     last = attn[..., -1, :]  # [l, h, b, s]
     plogp = xp.where(last > 0, last * xp.log(xp.where(last > 0, last, 1.0)), 0.0)
-    return {
+    excess = excess_signals(xp, attn, masks.classes, masks.is_tracked, masks.top_query)
+    return excess | {
         "head_entropy": xp.mean(-xp.sum(plogp, axis=-1), axis=-1),
         "head_on_top": _masked_mean(
             xp,
@@ -117,15 +118,6 @@ def reduce_attention(xp, attn, contexts, top, tracked, masks=None) -> dict:
             xp.einsum("lhbi,bi->lh", on_self, masks.is_tracked),
             xp.sum(masks.is_tracked),
         ),
-        "head_key_excess": key_excess(
-            xp, attn, masks.classes, masks.is_tracked * 0 + 1
-        ),
-        "head_tracked_key_excess": key_excess(
-            xp, attn, masks.classes, masks.is_tracked
-        ),
-        "head_top_query_excess": key_excess(
-            xp, attn, masks.classes[:1], masks.top_query
-        )[..., 0],
     }
 
 
