@@ -72,6 +72,15 @@ from gflow.analysis.asymmetry import split_hessian as split_hessian
 from gflow.analysis.asymmetry import symmetric_chain as symmetric_chain
 from gflow.analysis.asymmetry import tangent_basis as tangent_basis
 
+# Scale invariance past LayerNorm
+from gflow.analysis.scale_invariance import layernorm_eps_zero as layernorm_eps_zero
+from gflow.analysis.scale_invariance import (
+    scale_invariant_mask as scale_invariant_mask,
+)
+from gflow.analysis.scale_invariance import (
+    scale_invariant_norm as scale_invariant_norm,
+)
+
 # Sharpness and comparisons
 from gflow.analysis.sharpness import adam_scale as adam_scale
 from gflow.analysis.sharpness import predicted_departure as predicted_departure
@@ -106,6 +115,9 @@ __all__ = [
     "key_excess",
     "moved_onto",
     "top_dominance",
+    "layernorm_eps_zero",
+    "scale_invariant_mask",
+    "scale_invariant_norm",
     "AdamEdge",
     "EdgeReading",
     "GDEdge",
