@@ -64,6 +64,12 @@ MARKS = ("<!-- stage_controls:start -->", "<!-- stage_controls:end -->")
 
 RUNGS = ("0 paper", "3 +residual", "4 +pre-LN", "7 +positions")
 METHODS = ("gd", "adamw")
+#: the whole ladder, read against its matched control (``--ladder``)
+LADDER = tuple(name for name, _ in pl.RUNGS)
+LADDER_SEEDS = tuple(range(10, 35))
+LADDER_DOC = ROOT / "docs" / "practical_models.md"
+LADDER_MARKS = ("<!-- ladder_rules:start -->", "<!-- ladder_rules:end -->")
+LADDER_FIGURE = ROOT / "docs" / "figures" / "ladder_rules.png"
 CHAIN = "markov"
 CONTROLS = ("markov-iid", "markov-uniform", "tinystories-bpe-prefix-shuffled")
 #: the margins tried on the tuning seeds (attention weight)
@@ -83,9 +89,9 @@ KEPT = (
 )
 
 
-def config(data: str) -> pl.Config:
+def config(data: str, rungs=RUNGS) -> pl.Config:
     """The ladder's configuration for one data set (text: its BPE vocabulary)."""
-    cfg = dataclasses.replace(pl.Config(), datasets=(data,), rungs=RUNGS)
+    cfg = dataclasses.replace(pl.Config(), datasets=(data,), rungs=tuple(rungs))
     if data not in pl.SHUFFLED:
         return cfg
     return dataclasses.replace(cfg, vocab_size=pl.TEXT_VOCAB, max_chars=200_000)
@@ -95,10 +101,10 @@ def _path(data: str, rung: str, method: str, seed: int) -> Path:
     return OUT / "runs" / f"{data}_{rung.split()[0]}_{method}_{seed}.npz"
 
 
-def run(datasets, seeds, *, log=print) -> None:
+def run(datasets, seeds, *, rungs=RUNGS, methods=METHODS, log=print) -> None:
     """Every (data, rung, method, seed) not cached yet."""
     for name in datasets:
-        cfg = config(name)
+        cfg = config(name, rungs)
         loaded = pl.load_data(cfg)
         if name not in loaded:
             continue
@@ -108,12 +114,12 @@ def run(datasets, seeds, *, log=print) -> None:
         eval_loss = SequenceLoss(small)
         heads = HeadObservables.default(small, data.d_vocab)
         obs = dc.EvalObservables(heads, jnp.asarray(data.held_out))
-        for rung in RUNGS:
+        for rung in rungs:
             init_fn = pl._init_fn(cfg, data.d_vocab, rung)
             began = time.perf_counter()
             for seed in seeds:
                 init = None
-                for method in METHODS:
+                for method in methods:
                     path = _path(name, rung, method, seed)
                     if path.exists():
                         continue
@@ -168,6 +174,21 @@ def collapsed(traj: Trajectory, method: str) -> str | None:
     if float(np.min(traj.metrics["head_entropy"])) < 0.05:
         return "collapsed"
     return None
+
+
+def final_map(traj: Trajectory) -> str:
+    """Where a run's lowest-entropy head put its mass at the end: the head, its
+    entropy and its excess over uniform causal attention on each key class
+    (the final query-to-key map, summarised by key class)."""
+    from gflow.analysis import KEY_CLASSES
+
+    ent = np.asarray(traj.metrics["head_entropy"], float)[-1]
+    layer, head = np.unravel_index(int(np.nanargmin(ent)), ent.shape)
+    exc = np.asarray(traj.metrics["head_key_excess"], float)[-1]  # [L, H, classes]
+    parts = ", ".join(
+        f"{name} {exc[layer, head, i]:+.2f}" for i, name in enumerate(KEY_CLASSES)
+    )
+    return f"L{layer}H{head}: entropy {ent[layer, head]:.3f} nats; {parts}"
 
 
 def read(traj: Trajectory, margin: float, *, gate: bool = True) -> dict:
@@ -307,19 +328,23 @@ def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
     )
 
 
-def cells(seeds, margin: float) -> dict:
-    """(data, rung, method) -> {"n", "bad", per-read counts, "moves"}."""
+def cells(
+    seeds, margin: float, *, data_sets=(CHAIN, *CONTROLS), rungs=RUNGS, methods=METHODS
+) -> dict:
+    """(data, rung, method) -> {"n", "bad", per-read counts, "moves", "ends"}
+    ("ends": per left-out run, where its lowest-entropy head's mass went)."""
     out = {}
-    for data in (CHAIN, *CONTROLS):
-        for rung in RUNGS:
-            for method in METHODS:
-                cell = {"n": 0, "bad": 0, "moves": {}}
+    for data in data_sets:
+        for rung in rungs:
+            for method in methods:
+                cell = {"n": 0, "bad": 0, "moves": {}, "ends": []}
                 for seed in seeds:
                     traj = load(data, rung, method, seed)
                     if traj is None:
                         continue
                     if collapsed(traj, method):
                         cell["bad"] += 1
+                        cell["ends"].append(final_map(traj))
                         continue
                     cell["n"] += 1
                     got = read(traj, margin)
@@ -476,6 +501,127 @@ def page(held: tuple[int, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ladder_page(held: tuple[int, ...] = LADDER_SEEDS, *, figure=True) -> str:
+    """docs/practical_models.md's ladder block: every rung under GD and AdamW,
+    the paper's chain against its matched i.i.d. control, by seed."""
+    margin, _ = tune()
+    c = cells(held, margin, data_sets=(CHAIN, "markov-iid"), rungs=LADDER)
+    lines = [
+        f"Generated by `PYTHONPATH=$PWD python experiments/stage_controls.py "
+        f"--ladder` ({datetime.date.today().isoformat()}), held-out seeds "
+        f"{held[0]}-{held[-1]}, the stage rules of [stage_rules.md](stage_rules.md) "
+        f"at the margin fixed there on seeds 0-9 ({margin:g}). Settings: the "
+        "ladder's (width 16, context 32, float32, init 1e-3, rung 8: 0.02; 600 "
+        "steps; GD at eta = 0.5 on 64 fixed sequences, t = 300; AdamW peak 0.01, "
+        "warmup 10%, cosine, batches of 32 fresh sequences); the rules read "
+        "`HeadObservables` on 32 held-out sequences, 41 saves.",
+        "",
+        "Per cell, **seeds** (a seed counts when any of its heads shows it): on "
+        "the paper's chain the half cycle (the paper's focus onto the top token, "
+        "then dilution from it, in one head; closed or provisional), how many of "
+        "those closed, and the full cycle (with the sigma_2(W_E) lifting); on the "
+        "i.i.d. control (tokens i.i.d. from the chain's pi: the same frequent "
+        "token, no context to use) the seeds with the paper's focus or dilution in "
+        "any head; 95% Wilson intervals on seeds; the difference, chain's half "
+        "cycle minus the control's firing, with Newcombe's interval. AdamW runs "
+        "that collapse (a head entropy below 0.05 nats) or end above their start "
+        "are left out before their stages are read; what they ended on is listed "
+        "below the table.",
+        "",
+        "| rung | method | chain: half cycle | closed | full cycle | i.i.d.: "
+        "focus or dilution | chain - i.i.d. (95%) | left out (chain, i.i.d.) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    ends = []
+    plot = {}
+    for rung in LADDER:
+        for method in METHODS:
+            ch = c.get((CHAIN, rung, method), {"n": 0, "bad": 0, "ends": []})
+            iid = c.get(("markov-iid", rung, method), {"n": 0, "bad": 0, "ends": []})
+            if not ch["n"] and not iid["n"]:
+                continue
+            row = [rung, method]
+            row.append(_fmt(ch.get("half", 0), ch["n"]) if ch["n"] else "-")
+            row.append(str(ch.get("closed_half", 0)) if ch["n"] else "-")
+            row.append(_fmt(ch.get("full", 0), ch["n"]) if ch["n"] else "-")
+            row.append(_fmt(iid.get("paper", 0), iid["n"]) if iid["n"] else "-")
+            if ch["n"] and iid["n"]:
+                lo, hi = newcombe(
+                    ch.get("half", 0), ch["n"], iid.get("paper", 0), iid["n"]
+                )
+                d = ch.get("half", 0) / ch["n"] - iid.get("paper", 0) / iid["n"]
+                row.append(f"{d:+.2f} [{lo:.2f}, {hi:.2f}]")
+                plot[(rung, method)] = (
+                    (ch.get("half", 0), ch["n"]),
+                    (iid.get("paper", 0), iid["n"]),
+                )
+            else:
+                row.append("-")
+            row.append(f"{ch['bad']}, {iid['bad']}")
+            lines.append("| " + " | ".join(row) + " |")
+            for data, cell in ((CHAIN, ch), ("markov-iid", iid)):
+                for e in cell["ends"]:
+                    ends.append(f"{rung}, {method}, {data}: {e}")
+    if ends:
+        lines += [
+            "",
+            f"<details><summary>The {len(ends)} left-out runs: where the "
+            "lowest-entropy head's mass went at the end (its excess over uniform "
+            "causal attention on each key class)</summary>",
+            "",
+            *[f"- {e}" for e in ends],
+            "",
+            "</details>",
+        ]
+    if figure and plot:
+        _ladder_figure(plot)
+        lines += [
+            "",
+            f"![The half cycle on the chain against the i.i.d. control, by rung]"
+            f"(figures/{LADDER_FIGURE.name})",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _ladder_figure(plot: dict) -> None:
+    """Seeds with the half cycle on the chain and with any paper stage on the
+    i.i.d. control, per rung, one panel per method, Wilson intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(7.7, 3.0), dpi=100, sharey=True)
+    for ax, method in zip(axes, METHODS):
+        rungs = [r for r in LADDER if (r, method) in plot]
+        x = np.array([int(r.split()[0]) for r in rungs])
+        for j, (label, colour) in enumerate(
+            (("chain: half cycle", "C0"), ("i.i.d.: focus or dilution", "C3"))
+        ):
+            k_n = [plot[(r, method)][j] for r in rungs]
+            p = np.array([k / n for k, n in k_n])
+            ci = np.array([wilson(k, n) for k, n in k_n])
+            ax.errorbar(
+                x + (j - 0.5) * 0.15,
+                p,
+                yerr=[p - ci[:, 0], ci[:, 1] - p],
+                fmt="o",
+                color=colour,
+                label=label,
+                capsize=2,
+            )
+        ax.set_title(method)
+        ax.set_xticks(range(len(LADDER)))
+        ax.set_xlabel("rung")
+        ax.set_ylim(-0.05, 1.05)
+    axes[0].set_ylabel("fraction of seeds")
+    axes[0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    LADDER_FIGURE.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(LADDER_FIGURE)
+    plt.close(fig)
+
+
 def _move_names():
     from gflow.analysis import MOVE_NAMES
 
@@ -496,7 +642,27 @@ def main(argv=None) -> int:
     p.add_argument("--held-out", default="10-44", help="the seeds of the page")
     p.add_argument("--data", help="comma-separated data sets (default: all)")
     p.add_argument("--doc-only", action="store_true")
+    p.add_argument(
+        "--ladder",
+        action="store_true",
+        help="every rung of the ladder on the chain and the i.i.d. control, "
+        "held-out seeds 10-34, into docs/practical_models.md",
+    )
     args = p.parse_args(argv)
+    if args.ladder:
+        if not args.doc_only:
+            start = time.time()
+            for rung in LADDER:  # rung by rung: a stopped run leaves whole rungs
+                run((CHAIN, "markov-iid"), LADDER_SEEDS, rungs=(rung,))
+            print(f"runs took {time.time() - start:.0f} s")
+        _docs.publish(
+            ladder_page(),
+            quick=False,
+            doc=LADDER_DOC,
+            start=LADDER_MARKS[0],
+            end=LADDER_MARKS[1],
+        )
+        return 0
     datasets = args.data.split(",") if args.data else (CHAIN, *CONTROLS)
     if not args.doc_only:
         start = time.time()
