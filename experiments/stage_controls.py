@@ -280,13 +280,21 @@ def agreement(seeds, margin: float, rung: str, method: str) -> dict:
             cond = [e.t_start for e in everything if e.stage == "condensation"]
             t_cond = cond[0] if cond else -np.inf
 
-            def near(e, s, t=t, t_cond=t_cond):
-                """Reported within a save interval of the offline span, or at the
-                online condensation when the span ended before it (the online
-                rules report no focus before condensation)."""
+            focused = {
+                (e.layer, e.head): e.t_start for e in events if e.stage == "focus"
+            }
+
+            def near(e, s, t=t, t_cond=t_cond, focused=focused):
+                """Reported within a save interval of the offline span, or as soon
+                as the online rules allow when the span ended before that: no
+                focus before the online condensation, no dilution before the
+                head's online focus."""
                 i = int(e.step)
                 dt = float(t[i] - t[i - 1]) if i > 0 else 0.0
-                late = max(s.t_end, t_cond) + dt
+                allowed = t_cond
+                if s.stage == "dilution":
+                    allowed = max(allowed, focused.get((s.layer, s.head), -np.inf))
+                late = max(s.t_end, allowed) + dt
                 same = (e.stage, e.layer, e.head) == (s.stage, s.layer, s.head)
                 return same and s.t_start - dt <= e.t_start <= late
 
@@ -461,7 +469,8 @@ def page(held: tuple[int, ...]) -> str:
         "one save at a time (every 15 steps) from the runs above, as a monitor "
         "observing each save would; matched to the offline stages of the same "
         "runs (same name, cycle 1, layer and head, reported within "
-        "[t_start - dt, max(t_end, the online condensation) + dt], dt the save "
+        "[t_start - dt, max(t_end, the online condensation) + dt], for a "
+        "dilution also up to the head's online focus + dt, dt the save "
         "interval at the report). The online events are those of "
         "`OnlineStageDetector` on the stored signals, not of `gflow.Monitor` "
         "running inside the training loop.",
@@ -480,6 +489,29 @@ def page(held: tuple[int, ...]) -> str:
             f"| {data} | {a['n']} | {a['online']} | {a['offline']} | {prec} | "
             f"{rec} | {_fmt(a['fired'], a['n'])} |"
         )
+    lines += [
+        "",
+        "The same replay on every cell: the chain's precision and recall, and "
+        "the control runs (all three controls) with any online paper event:",
+        "",
+        "| rung | method | seeds | online events | offline stages | precision "
+        "| recall | control seeds with an online paper event |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in RUNGS:
+        for m in METHODS:
+            a = agree if (r, m) == (rung, method) else agreement(held, margin, r, m)
+            ch = a[CHAIN]
+            ctrl = sum(v["fired"] for k, v in a.items() if k != CHAIN)
+            n_ctrl = sum(v["n"] for k, v in a.items() if k != CHAIN)
+            prec, rec = (
+                "-" if math.isnan(v) else f"{v:.2f}"
+                for v in (ch["precision"], ch["recall"])
+            )
+            lines.append(
+                f"| {r} | {m} | {ch['n']} | {ch['online']} | {ch['offline']} | "
+                f"{prec} | {rec} | {_fmt(ctrl, n_ctrl)} |"
+            )
     lines += [
         "",
         "**Other named moves on the controls** (never counted as the paper's "

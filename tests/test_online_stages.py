@@ -367,3 +367,31 @@ def test_the_default_margin_is_the_tuned_one():
     t_star = 40.0 + 3.0 * math.log((s0 + 0.05) / (1 - s0 - 0.05))
     assert StageDetector().margin == 0.05
     assert t_star <= focus.t_start < t_star + 0.5 + 1e-9
+
+
+def test_a_dilution_during_the_focus_rise_is_reported_at_the_focus():
+    """The tracked queries' excess on top rises early (by 0.9) and falls back (by 0.4,
+    centre 30) while the excess over every row is still rising slowly to its
+    focus crossing (near 40): the offline rule finds that fall (its window opens at the
+    focus's start), and so must the online one, reported at the focus, not at a
+    later wiggle; a fall larger than the margin (0.1) but smaller than the offline
+    rule's relative size (0.2 of the signal's range: 0.18) is not a dilution."""
+    dt = 0.5
+    t = np.arange(0.0, 120.0, dt)
+    for drop, found in ((0.4, True), (0.14, False)):
+        sig = _signals(t)
+        trk = 0.9 * _sigmoid((t - 20.0) / 1.0) - drop * _sigmoid((t - 30.0) / 1.0)
+        sig["head_tracked_key_excess"][..., 0, 0, 0] = trk
+        # a slow focus: from t ~ 12 (5% of its rise) to its crossing at t ~ 40
+        sig["head_key_excess"][..., 0, 0, 0] = 0.2 * _sigmoid((t - 40.0) / 10.0)
+        det = _feed(t, sig)
+        offline = detect_head_stages(
+            Trajectory(t=t, metrics=sig, final=None), detector=MARGIN_01
+        )
+        off = [s for s in offline if s.name == "dilution"]
+        on = [e for e in det.events if e.stage == "dilution"]
+        assert bool(off) == found and bool(on) == found, (drop, off, on)
+        if found:
+            focus = _one(det.events, "focus")
+            assert off[0].t_end < focus.t_start
+            assert _one(det.events, "dilution").t_start == focus.t_start

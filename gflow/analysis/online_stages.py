@@ -26,9 +26,11 @@ with the relative thresholds, which need the whole run, replaced by absolute one
   observations carry ``unigram_gap``, no earlier than the gap's first fall to
   ``-min_information``: a run whose attention carries no information has no
   paper stage; ``t_onset`` tells when it began);
-- the paper's dilution, cycle 1 (key ``top``): after the head's focus, the tracked
-  queries' excess on the most frequent token is ``margin`` below its running
-  maximum since the focus;
+- the paper's dilution, cycle 1 (key ``top``): the tracked queries' excess on the
+  most frequent token is ``margin`` (and ``min_move`` of its range so far) below
+  its running maximum since the first observation, reported no earlier than the
+  head's focus (a fall during the focus's rise is reported with the focus: the
+  offline rule, whose window opens at the focus's start, finds it too);
 - the paper's asymmetry lifting, cycle c (global): σ_{c+1}(W_E) (``sv_W_E``) has
   grown ``min_growth``-fold above its running minimum since the first head's paper
   focus (c = 1) or since the previous one (``t_onset``: when the growth passed
@@ -141,16 +143,23 @@ class _Move:
     onset: float = math.nan
     edge: float = 0.05
     near: float = math.nan
+    #: the move must also span this fraction of the signal's range since the rule
+    #: opened (the offline rules' ``min_move``; 0: the amount alone)
+    relative: float = 0.0
+    lo: float = math.inf
+    hi: float = -math.inf
 
     def crossed(self, x: float, t: float) -> bool:
         if self.sign * (self.ref - x) > 0:  # a new extremum: the move starts again
             self.ref, self.t_ref, self.onset = x, t, math.nan
+        self.lo, self.hi = min(self.lo, x, self.ref), max(self.hi, x, self.ref)
+        amount = max(self.amount, self.relative * (self.hi - self.lo))
         moved = self.sign * (x - self.ref)
-        if moved <= self.edge * self.amount:
+        if moved <= self.edge * amount:
             self.near = t
         if math.isnan(self.onset) and moved >= self.start:
             self.onset = t
-        return moved >= self.amount
+        return moved >= amount
 
 
 def _head_signal(x: dict[str, np.ndarray], name: str, layer: int, head: int) -> float:
@@ -227,6 +236,9 @@ class OnlineStageDetector:
         self._condensed = False
         self._last_t: float | None = None
         self._history: list[tuple[float, np.ndarray]] = []  # (t, head_key_excess)
+        # the tracked queries' excess on the top token per head since the first
+        # observation: its largest value, when, and its smallest value
+        self._tracked_top: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._informed = False  # the loss has fallen min_information below unigram
         self._embedding = _Head(-1, -1)  # σ(W_E)'s liftings
 
@@ -261,6 +273,14 @@ class OnlineStageDetector:
             raise ValueError(f"times must increase: {t} after {self._last_t}")
         self._last_t = t
         self._history.append((t, x["head_key_excess"].copy()))
+        tracked = x["head_tracked_key_excess"][..., 0]
+        if self._tracked_top is None:
+            self._tracked_top = (tracked.copy(), np.full(shape, t), tracked.copy())
+        else:
+            hi, t_hi, lo = self._tracked_top
+            higher = tracked > hi
+            hi[higher], t_hi[higher] = tracked[higher], t
+            np.minimum(lo, tracked, out=lo)
         gap = x.get("unigram_gap")
         if gap is None or float(gap) <= -self.detector.min_information:
             self._informed = True  # no gap recorded: the gate cannot be read
@@ -438,21 +458,39 @@ class OnlineStageDetector:
         return self._history[i][1]
 
     def _open_dilution(self, head: _Head, x, t) -> None:
-        """Cycle 1's dilution, measured from the focus's crossing (once): a focus
-        held for condensation or for the information gate does not lose the fall
-        that follows it meanwhile."""
+        """Cycle 1's dilution (once), opened at the focus's crossing and measured
+        from the tracked queries' largest excess on the top token since the run
+        began, with the offline rule's relative size (``min_move`` of the
+        signal's range so far): the offline rule looks for the first fall from
+        the start of the focus's move, which for a first rise is the run's first
+        observation (its zigzag's first point). A fall that began during the
+        focus's rise, or while the focus was held for condensation or the
+        information gate, is not lost; it is reported at the focus."""
         if head.cycle == 1 and not head.dilution_opened:
             head.dilution_opened = True
             self._open(
                 head, "dilution", "head_tracked_key_excess:0", -1, x, t, key="top"
             )
-            head.rules["dilution"].gated = True  # never before its focus
+            rule = head.rules["dilution"]
+            rule.gated = True  # never before its focus
+            rule.move.relative = self.detector.min_move
+            hi, t_hi, lo = (a[head.layer, head.head] for a in self._tracked_top)
+            rule.move.lo, rule.move.hi = float(lo), float(hi)
+            if hi > rule.move.ref:
+                rule.move.ref, rule.move.t_ref = float(hi), float(t_hi)
+                value = _head_signal(x, rule.signal, head.layer, head.head)
+                if self._crossed(rule, value, t):  # the fall is already done
+                    rule.pending = value
 
     def _step_head(self, head: _Head, step, t, x, new) -> None:
         fired = self._step_rules(head, step, t, x, new)
         if "focus" in fired and head.cycle == 1:
             head.focused = True
             self._open_dilution(head, x, t)
+            dilution = head.rules.get("dilution")
+            if dilution is not None and dilution.pending is not None:
+                # a fall already done (during the focus's rise): reported with it
+                fired += self._step_rules(head, step, t, x, new)
         if "head_lifting" in fired:
             head.lift_cycle += 1
             self._open_lift(head, x, t)
