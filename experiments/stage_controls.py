@@ -33,6 +33,13 @@ Command (resumable: each run is cached under experiments/results/stage_controls/
     PYTHONPATH=$PWD python experiments/stage_controls.py --seeds 0-9     # tuning
     PYTHONPATH=$PWD python experiments/stage_controls.py --seeds 10-44   # held out
     PYTHONPATH=$PWD python experiments/stage_controls.py --doc-only      # the page
+    PYTHONPATH=$PWD python experiments/stage_controls.py --ladder        # the ladder
+
+``--ladder`` runs every rung of the ladder (0-8) under GD and AdamW on the chain
+and its matched i.i.d. control, held-out seeds 10-34, and writes the block of
+docs/practical_models.md (rungs 0, 3, 4 and 7 reuse the runs above; the other
+five rungs' 1 000 runs took 2 920 s beside other jobs). ``--quick`` is the smoke
+run (rung 0, one seed, a scratch folder).
 """
 
 from __future__ import annotations
@@ -252,64 +259,72 @@ def online(traj: Trajectory, margin: float) -> list:
     return det.events
 
 
+def match_paper(t, everything, stages) -> dict:
+    """The online paper events (focus, dilution of cycle 1) of one run against
+    its offline stages. An online event matches an offline stage of the same
+    name, cycle, layer and head when it is reported within [t_start - dt,
+    max(t_end, allowed) + dt]: dt the save interval at the report (the online
+    rules report a crossing at the first observation after it); ``allowed`` the
+    earliest the online rules may report it (no focus before the online
+    condensation, no dilution before the head's online focus).
+    ``t``: the observation times; ``everything``: the online events;
+    ``stages``: the offline ones. Returns the counts."""
+    t = np.asarray(t, float)
+    want = {"focus", "dilution"}
+    offline = [s for s in stages if s.stage in want and s.cycle == 1]
+    events = [e for e in everything if e.stage in want and e.cycle == 1]
+    cond = [e.t_start for e in everything if e.stage == "condensation"]
+    t_cond = cond[0] if cond else -np.inf
+    focused = {(e.layer, e.head): e.t_start for e in events if e.stage == "focus"}
+
+    def near(e, s):
+        i = int(np.searchsorted(t, e.t_start - 1e-12 * max(1.0, abs(e.t_start))))
+        dt = float(t[i] - t[i - 1]) if 0 < i < t.size else 0.0
+        allowed = t_cond
+        if s.stage == "dilution":
+            allowed = max(allowed, focused.get((s.layer, s.head), -np.inf))
+        late = max(s.t_end, allowed) + dt
+        same = (e.stage, e.layer, e.head) == (s.stage, s.layer, s.head)
+        return same and s.t_start - dt <= e.t_start <= late
+
+    return {
+        "online": len(events),
+        "offline": len(offline),
+        "hit_online": sum(any(near(e, s) for s in offline) for e in events),
+        "hit_offline": sum(any(near(e, s) for e in events) for s in offline),
+        "fired": bool(events),
+    }
+
+
+def summarise(matches: list[dict]) -> dict:
+    """Precision, recall and the runs with any online paper event, over runs."""
+    on = sum(m["online"] for m in matches)
+    off = sum(m["offline"] for m in matches)
+    return {
+        "n": len(matches),
+        "online": on,
+        "offline": off,
+        "precision": sum(m["hit_online"] for m in matches) / on if on else math.nan,
+        "recall": sum(m["hit_offline"] for m in matches) / off if off else math.nan,
+        "fired": sum(m["fired"] for m in matches),
+    }
+
+
 def agreement(seeds, margin: float, rung: str, method: str) -> dict:
-    """Per data set: the online paper events (focus, dilution of cycle 1) against
-    the offline stages of the same runs. An online event matches an offline
-    stage of the same name, cycle, layer and head when it is reported within
-    [t_start - dt, max(t_end, the online condensation) + dt] (dt: the save
-    interval at the report; the online rules report a crossing at the first
-    observation after it, and no focus before condensation).
-    Returns precision, recall and the seeds with any online paper event."""
+    """Per data set: ``match_paper`` over the cached runs of (rung, method),
+    the online events replayed from the stored signals (``online``)."""
     out = {}
     for data in (CHAIN, *CONTROLS):
-        on = off = hit_on = hit_off = fired = n = 0
+        matches = []
         for seed in seeds:
             traj = load(data, rung, method, seed)
             if traj is None or collapsed(traj, method):
                 continue
-            n += 1
-            t = np.asarray(traj.t)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 stages = detect_head_stages(traj, detector=StageDetector(margin=margin))
-            want = {"focus", "dilution"}
-            offline = [s for s in stages if s.stage in want and s.cycle == 1]
-            everything = online(traj, margin)
-            events = [e for e in everything if e.stage in want and e.cycle == 1]
-            fired += bool(events)
-            cond = [e.t_start for e in everything if e.stage == "condensation"]
-            t_cond = cond[0] if cond else -np.inf
-
-            focused = {
-                (e.layer, e.head): e.t_start for e in events if e.stage == "focus"
-            }
-
-            def near(e, s, t=t, t_cond=t_cond, focused=focused):
-                """Reported within a save interval of the offline span, or as soon
-                as the online rules allow when the span ended before that: no
-                focus before the online condensation, no dilution before the
-                head's online focus."""
-                i = int(e.step)
-                dt = float(t[i] - t[i - 1]) if i > 0 else 0.0
-                allowed = t_cond
-                if s.stage == "dilution":
-                    allowed = max(allowed, focused.get((s.layer, s.head), -np.inf))
-                late = max(s.t_end, allowed) + dt
-                same = (e.stage, e.layer, e.head) == (s.stage, s.layer, s.head)
-                return same and s.t_start - dt <= e.t_start <= late
-
-            on += len(events)
-            off += len(offline)
-            hit_on += sum(any(near(e, s) for s in offline) for e in events)
-            hit_off += sum(any(near(e, s) for e in events) for s in offline)
-        out[data] = {
-            "n": n,
-            "online": on,
-            "offline": off,
-            "precision": hit_on / on if on else float("nan"),
-            "recall": hit_off / off if off else float("nan"),
-            "fired": fired,
-        }
+            matches.append(match_paper(traj.t, online(traj, margin), stages))
+        out[data] = summarise(matches)
     return out
 
 
@@ -636,7 +651,7 @@ def _ladder_figure(plot: dict) -> None:
             ax.errorbar(
                 x + (j - 0.5) * 0.15,
                 p,
-                yerr=[p - ci[:, 0], ci[:, 1] - p],
+                yerr=np.maximum([p - ci[:, 0], ci[:, 1] - p], 0.0),
                 fmt="o",
                 color=colour,
                 label=label,
@@ -675,12 +690,26 @@ def main(argv=None) -> int:
     p.add_argument("--data", help="comma-separated data sets (default: all)")
     p.add_argument("--doc-only", action="store_true")
     p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: rung 0, seed 10, the chain and the i.i.d. control, into "
+        "a scratch folder; prints the ladder block",
+    )
+    p.add_argument(
         "--ladder",
         action="store_true",
         help="every rung of the ladder on the chain and the i.i.d. control, "
         "held-out seeds 10-34, into docs/practical_models.md",
     )
     args = p.parse_args(argv)
+    if args.quick:
+        import tempfile
+
+        global OUT
+        OUT = Path(tempfile.mkdtemp(prefix="stage_controls_quick_"))
+        run((CHAIN, "markov-iid"), (10,), rungs=(LADDER[0],))
+        print(ladder_page((10,), figure=False))
+        return 0
     if args.ladder:
         if not args.doc_only:
             start = time.time()

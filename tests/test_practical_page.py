@@ -22,6 +22,7 @@ def test_every_part_runs_in_order_and_the_fair_test_only_rewrites_its_block(tmp_
     records = pp.build(runner=runner, out=tmp_path)
     scripts = [(c[0].rsplit("/", 1)[-1], c[1:]) for c in calls]
     assert scripts == [
+        ("stage_controls.py", ["--ladder"]),
         ("practical_ladder.py", []),
         ("practical_ladder.py", ["--controls"]),
         ("practical_ladder.py", ["--text"]),
@@ -29,7 +30,7 @@ def test_every_part_runs_in_order_and_the_fair_test_only_rewrites_its_block(tmp_
         ("ladder_flow.py", []),
         ("fair_text_test.py", ["--doc-only"]),
     ]
-    assert [r["rc"] for r in records] == [0] * 6
+    assert [r["rc"] for r in records] == [0] * 7
     logged = json.loads((tmp_path / "summary.json").read_text().splitlines()[-1])
     assert [p["part"] for p in logged["parts"]] == [p.name for p in pp.PARTS]
 
