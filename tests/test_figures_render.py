@@ -11,6 +11,7 @@ import csv
 import io
 import itertools
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import jax
@@ -686,6 +687,69 @@ def test_row_masses_split_the_row_and_name_the_largest_other_key():
     m = row_masses(R, q=0, top=0, others=0)
     assert list(m) == ["top", "rest"]
     np.testing.assert_allclose(m["rest"], 1 - R[:, 0])
+
+
+#: px: the docs show a figure 770 px wide; none may then be taller than this
+#: (issue 56 point 5)
+DOCS_WIDTH_PX, DOCS_MAX_HEIGHT_PX = 770, 1200
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def _height_at_docs_width(path) -> float:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        width, height = im.size
+    return height * DOCS_WIDTH_PX / width
+
+
+def _many_rows_dir(path, n):
+    """A text run directory with ``n`` tracked rows, each moving to the top type
+    ▁ at its own pace, and one still row (named, not drawn)."""
+    path.mkdir()
+    d = n + 4
+    tokens = ["▁"] + [f"w{i}" for i in range(1, d)]
+    (path / "vocab.json").write_text(json.dumps([{"token": t} for t in tokens]))
+    config = {"top": ["▁"], "corpus": "tiny", "seed": 0}
+    (path / "config.json").write_text(json.dumps(config))
+    info = {"info": {"kind": "optimizer", "optimizer": "adamw"}}
+    (path / "adamw.json").write_text(json.dumps(info))
+    rng = np.random.default_rng(0)
+    rows = np.tile(rng.dirichlet(np.ones(d), size=n + 1), (T.size, 1, 1))
+    for j in range(n):  # row j moves to ▁ (and row n stays still)
+        rise = (0.3 + 0.7 * j / n) * _sig(T, 1.0, 0.2)[:, None]
+        rows[:, j, :] = (1 - rise) * rows[:, j, :] + rise * np.eye(d)[0]
+    buf = io.BytesIO()
+    np.savez(buf, t=T, rows=rows, queries=np.arange(1, n + 2))
+    (path / "adamw_rows.npz").write_bytes(buf.getvalue())
+    return path
+
+
+@pytest.mark.parametrize("n", [12, 30])
+def test_attention_rows_stay_within_the_docs_height(n, tmp_path, monkeypatch):
+    """Many tracked rows wrap into a grid, not a stack taller than the docs allow:
+    at most 1200 px tall at the docs' 770 px, whatever the number of rows (a stack
+    of 12 was 2409 px), and still a clean layout."""
+    run_dir = _many_rows_dir(tmp_path / "text", n)
+    made = _figures(monkeypatch)
+    out = plotting.plot_attention_rows(run_dir, "adamw")
+    assert _height_at_docs_width(out) <= DOCS_MAX_HEIGHT_PX
+    fig = _rendered(made, out)
+    drawn = [ax for ax in fig.axes if _has_data(ax)]
+    assert len(drawn) == n  # every moving row, the still one named in the title
+    assert f"not drawn: no entry moves by 0.05: 'w{n + 1}'" in fig.get_suptitle()
+
+
+def test_every_docs_figure_stays_within_the_docs_height():
+    """Every PNG under docs/ is at most 1200 px tall shown at the docs' 770 px."""
+    pngs = sorted(DOCS.rglob("*.png"))
+    assert pngs
+    tall = {
+        str(p.relative_to(DOCS)): round(h)
+        for p in pngs
+        if (h := _height_at_docs_width(p)) > DOCS_MAX_HEIGHT_PX
+    }
+    assert tall == {}
 
 
 def test_every_public_figure_function_is_rendered_here():

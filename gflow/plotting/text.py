@@ -11,7 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
-from gflow.plotting.figure import layout, plt, save_figure
+from gflow.plotting.figure import (
+    FOOTER_IN,
+    LEGEND_ROOM_IN,
+    layout,
+    plt,
+    save_figure,
+)
 from gflow.plotting.style import (
     DOC_WIDTH,
     clock_label,
@@ -72,6 +78,43 @@ def row_masses(R, q: int, top: int, *, others: int = 2) -> dict[str, np.ndarray]
     return out
 
 
+#: inches: the most a figure ``DOC_WIDTH`` wide may be tall, 1200 px at the docs'
+#: 770 px (issue 56 point 5)
+MAX_HEIGHT = DOC_WIDTH * 1200 / 770
+#: inches: a panel of the stack, and the least a panel of the grid is given while
+#: ``_GRID_COLUMNS`` columns can hold them all
+_PANEL, _PANEL_FLOOR = 1.75, 0.9
+#: inches: the title, time axis and settings line around the panels
+_FRAME = 0.9
+#: the most columns of the grid (narrower panels crowd their time axis)
+_GRID_COLUMNS = 3
+_COLOURS = {"top": "tab:blue", "self": "tab:red", "rest": "0.55"}
+_OTHERS_COLOURS = ["tab:orange", "tab:brown", "tab:olive", "tab:cyan"]
+
+
+def _wrap(parts: list[str], width: float) -> str:
+    """``parts`` joined by " · " into lines that fit ``width`` inches at 8 pt."""
+    most = max(int(width / 0.065), 1)  # characters a line holds
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 3 + len(part) <= most:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
+def _grid(n: int, room: float) -> tuple[int, int, float]:
+    """(rows, columns, panel height) of a grid of ``n`` panels in ``room`` inches:
+    the fewest columns (2 at least) that give each panel ``_PANEL_FLOOR``, at most
+    ``_GRID_COLUMNS`` (then the panels are lower still)."""
+    for cols in range(2, _GRID_COLUMNS + 1):
+        rows = -(-n // cols)
+        if rows * _PANEL_FLOOR <= room or cols == _GRID_COLUMNS:
+            return rows, cols, min(_PANEL, room / rows)
+    raise AssertionError  # the loop returns
+
+
 @styled
 def plot_attention_rows(run_dir, name: str, *, others: int = 2) -> Path:
     """One panel per tracked query that moves: the mass its attention row puts on
@@ -79,6 +122,10 @@ def plot_attention_rows(run_dir, name: str, *, others: int = 2) -> Path:
     largest mass (named) and on all the rest, over the clock (a log axis when the
     run spans decades: the rows move early). Rows none of whose entries moves by
     ``STILL`` are named in the title instead of drawn (all are drawn if none moves).
+
+    The figure is never taller than ``MAX_HEIGHT``: the panels are a stack, each
+    with its legend, while they fit; more wrap into a grid of 2 or 3 columns with
+    one legend below, each panel's title naming the query and its other keys.
     """
     run_dir = Path(run_dir)
     vocab = [r["token"] for r in read_json(run_dir / "vocab.json")]
@@ -93,16 +140,31 @@ def plot_attention_rows(run_dir, name: str, *, others: int = 2) -> Path:
     still = [j for j in range(len(queries)) if j not in moved]
     drawn = moved or list(range(len(queries)))
     n = max(len(drawn), 1)
+    stack = _PANEL * n + _FRAME <= MAX_HEIGHT
+    if stack:
+        nrows, ncols, panel, legend_rows = n, 1, _PANEL, 0
+    else:
+        entries = 3 + max(others, 0)  # top, self, the others, the rest
+        legend_rows = 1 if entries <= 5 else 2
+        frame = _FRAME + LEGEND_ROOM_IN * legend_rows
+        nrows, ncols, panel = _grid(n, MAX_HEIGHT - frame)
+    height = panel * nrows + _FRAME + LEGEND_ROOM_IN * legend_rows
     fig, axes = plt.subplots(
-        n, 1, figsize=(DOC_WIDTH, 1.75 * n + 0.9), sharex=True, squeeze=False
+        nrows,
+        ncols,
+        figsize=(DOC_WIDTH, height),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
     )
+    cells = list(axes.flat)
     if not len(queries):  # no query ends enough windows: say so instead of failing
-        axes[0, 0].text(0.5, 0.5, "no tracked queries (use --track)", ha="center")
-    colours = {"top": "tab:blue", "self": "tab:red", "rest": "0.55"}
-    others_colours = ["tab:orange", "tab:brown", "tab:olive", "tab:cyan"]
-    for ax, j in zip(axes[:, 0], drawn):
+        cells[0].text(0.5, 0.5, "no tracked queries (use --track)", ha="center")
+    handles = {}
+    for ax, j in zip(cells, drawn):
         q = int(queries[j])
         masses = row_masses(rows[:, j, :], q, top, others=others)
+        named = []  # the other keys, in the grid's title
         for i, (key, mass) in enumerate(masses.items()):
             if key == "top":
                 label = f"on {_label(vocab[top])!r}"
@@ -110,10 +172,18 @@ def plot_attention_rows(run_dir, name: str, *, others: int = 2) -> Path:
                 label = "on itself"
             elif key == "rest":
                 label = "on every other key"
-            else:
+            elif stack:
                 label = f"on {_label(vocab[key])!r}"
-            colour = colours.get(key, others_colours[(i - 2) % len(others_colours)])
-            ax.plot(
+            else:
+                named.append(_label(vocab[key]))
+                label = f"on other key {len(named)}"
+            if key in _COLOURS:
+                colour = _COLOURS[key]
+            elif stack:
+                colour = _OTHERS_COLOURS[(i - 2) % len(_OTHERS_COLOURS)]
+            else:
+                colour = _OTHERS_COLOURS[(len(named) - 1) % len(_OTHERS_COLOURS)]
+            (line,) = ax.plot(
                 t,
                 mass,
                 color=colour,
@@ -121,21 +191,61 @@ def plot_attention_rows(run_dir, name: str, *, others: int = 2) -> Path:
                 ls=":" if key == "rest" else "-",
                 label=label,
             )
+            rank = {"top": 0, "self": 1, "rest": 99}.get(key, 1 + len(named))
+            handles.setdefault(label, (rank, line))
         ax.set_ylim(-0.02, 1.02)
-        ax.set_ylabel("attention mass")
-        ax.set_title(f"query {_label(vocab[q])!r}", loc="left")
-        outside_legend(ax)
-    time_axis(axes[-1, 0], t, label=clock_label(_info(run_dir, name)))
+        if stack:
+            ax.set_ylabel("attention mass")
+            ax.set_title(f"query {_label(vocab[q])!r}", loc="left")
+            outside_legend(ax)
+            continue
+        ax.set_yticks([0.0, 0.5, 1.0])
+        parts = [repr(_label(vocab[q]))]
+        parts += [f"{k} {w!r}" for k, w in enumerate(named, 1)]
+        ax.set_title(_wrap(parts, DOC_WIDTH / ncols - 0.5), loc="left", fontsize=8)
+    for ax in cells[len(drawn) or 1 :]:  # the grid's empty cells
+        ax.set_visible(False)
+    label = clock_label(_info(run_dir, name))
+    for c in range(ncols):  # the bottom panel of each column: ticks and label
+        col = [ax for ax in axes[:, c] if ax.get_visible()]
+        if col:  # the scale is shared by every panel
+            time_axis(col[-1], t, label=label)
+            col[-1].xaxis.set_tick_params(labelbottom=True)
+    if not stack:  # one label for the grid: the panels share y
+        axes[(nrows - 1) // 2, 0].set_ylabel("attention mass")
     title = f"{name}: where each tracked query's attention goes"
+    if not stack:
+        title += "\n(each panel: the query · its other keys 1, 2, … by largest mass)"
     if moved and still:
         names = ", ".join(repr(_label(vocab[int(queries[j])])) for j in still)
         title += f"\n(not drawn: no entry moves by {STILL:g}: {names})"
     fig.suptitle(title, x=0.01, ha="left")
     settings_line(fig, _settings(run_dir))
-    layout(fig)
+    if not stack and handles:
+        order = sorted(handles, key=lambda k: handles[k][0])
+        fig.legend(
+            [handles[k][1] for k in order],
+            order,
+            loc="lower center",
+            ncol=-(-len(handles) // legend_rows),
+            frameon=False,
+        )
+    _layout(fig, legend_rows)
     path = run_dir / f"attention_rows_{name}.png"
     save_figure(fig, path)
     return path
+
+
+def _layout(fig, legend_rows: int) -> None:
+    """``layout`` with room for a figure legend of ``legend_rows`` rows."""
+    if legend_rows <= 1:
+        layout(fig)
+        return
+    height = fig.get_figheight()
+    for legend in fig.legends:
+        legend.set_bbox_to_anchor((0.5, FOOTER_IN / height))
+    reserve = FOOTER_IN + LEGEND_ROOM_IN * legend_rows
+    fig.tight_layout(rect=(0.0, reserve / height, 1.0, 1.0))
 
 
 def _metrics(run_dir: Path, name: str):
