@@ -1452,6 +1452,11 @@ def main(argv=None) -> int:
         loads=(load0, os.getloadavg()),
         figure=f"figures/{FIGURE.name}",
     )
+    # the LayerNorm block under AdamW (issue 55 point 5): its own resumable
+    # command, experiments/monitor_block.py; its section when its runs exist
+    from experiments import monitor_block
+
+    text += monitor_block.section()
     (OUT / "monitor_validation.md").write_text(text)
     print(text)
     if args.write_docs:

@@ -1,0 +1,97 @@
+"""The counting of experiments/stage_controls.py (issue 55): Wilson and Newcombe
+intervals against closed forms, the collapse check, and the matching of online
+events to offline stages that docs/stage_rules.md, docs/practical_models.md and
+docs/monitor_validation.md report."""
+
+import math
+
+import numpy as np
+import pytest
+
+from experiments import stage_controls as sc
+from gflow import Stage
+from gflow.dynamics import Trajectory
+
+Z2 = 1.959963984540054**2
+
+
+@pytest.mark.parametrize("n", [10, 25, 35])
+def test_wilson_closed_forms(n):
+    # no success: [0, z^2 / (n + z^2)]; all successes: its mirror image
+    lo, hi = sc.wilson(0, n)
+    assert lo == pytest.approx(0.0, abs=1e-15)
+    assert hi == pytest.approx(Z2 / (n + Z2), rel=1e-12)
+    lo, hi = sc.wilson(n, n)
+    assert hi == pytest.approx(1.0, abs=1e-15)
+    assert lo == pytest.approx(n / (n + Z2), rel=1e-12)
+    # the centre of the interval is the shrunk estimate (k + z^2/2) / (n + z^2)
+    lo, hi = sc.wilson(7, n)
+    assert (lo + hi) / 2 == pytest.approx((7 + Z2 / 2) / (n + Z2), rel=1e-12)
+
+
+def test_newcombe_is_antisymmetric_and_holds_the_difference():
+    lo, hi = sc.newcombe(20, 25, 3, 25)
+    lo2, hi2 = sc.newcombe(3, 25, 20, 25)
+    assert (lo, hi) == pytest.approx((-hi2, -lo2), rel=1e-12)
+    assert lo < 20 / 25 - 3 / 25 < hi
+    # equal proportions: an interval around zero
+    lo, hi = sc.newcombe(5, 25, 5, 25)
+    assert lo < 0 < hi and lo == pytest.approx(-hi, rel=1e-12)
+
+
+def _traj(loss, entropy):
+    n = len(loss)
+    return Trajectory(
+        t=np.arange(n, dtype=float),
+        metrics={
+            "loss": np.asarray(loss, float),
+            "head_entropy": np.asarray(entropy, float).reshape(n, 1, 1),
+        },
+        final=None,
+    )
+
+
+def test_collapse_and_divergence_checks():
+    fine = _traj([1.0, 0.8, 0.6], [2.0, 1.0, 0.5])
+    assert sc.collapsed(fine, "adamw") is None
+    assert sc.collapsed(_traj([1.0, 0.8, 0.6], [2.0, 0.01, 0.5]), "adamw") == (
+        "collapsed"
+    )
+    assert sc.collapsed(_traj([1.0, 0.8, 1.1], [2.0, 1.0, 0.5]), "adamw") == (
+        "diverged"
+    )
+    # GD may overfit its sample (held-out loss rising): a run, not a failure
+    assert sc.collapsed(_traj([1.0, 0.8, 1.1], [2.0, 0.01, 0.5]), "gd") is None
+    assert sc.collapsed(_traj([1.0, math.nan, 1.1], [2.0, 1.0, 0.5]), "gd") == (
+        "diverged"
+    )
+
+
+def _online(name, t, layer=0, head=0):
+    return Stage(name, t, t, 1, layer, head)
+
+
+def test_matching_allows_what_the_online_rules_cannot_report_earlier():
+    t = np.arange(0.0, 10.0, 1.0)
+    offline = [
+        Stage("focus", 1.0, 3.0, 1, 0, 0),
+        Stage("dilution", 1.5, 2.0, 1, 0, 0),  # during the focus's rise
+        Stage("focus", 2.0, 3.0, 1, 1, 0),
+    ]
+    events = [
+        _online("condensation", 0.0, -1, -1),
+        _online("focus", 4.0),  # one save interval after the offline span
+        _online("dilution", 4.0),  # with its focus: allowed
+        _online("focus", 6.0, 1, 0),  # three intervals late: no match
+        _online("dilution", 7.0, 1, 1),  # no offline stage there
+    ]
+    m = sc.match_paper(t, events, offline)
+    assert (m["online"], m["offline"]) == (4, 3)
+    assert (m["hit_online"], m["hit_offline"]) == (2, 2)
+    assert m["fired"]
+    # the dilution is matched only because its head's focus came at t = 4
+    late = [e for e in events if (e.stage, e.layer) != ("focus", 0)]
+    assert sc.match_paper(t, late, offline)["hit_online"] == 0
+    s = sc.summarise([m, sc.match_paper(t, [], [])])
+    assert s["precision"] == 0.5 and s["recall"] == pytest.approx(2 / 3)
+    assert (s["n"], s["fired"]) == (2, 1)
