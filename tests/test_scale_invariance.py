@@ -88,15 +88,15 @@ def test_loss_is_invariant_and_gradient_orthogonal(name, model):
 
 
 def test_flow_keeps_the_norm_and_gd_adds_eta_squared_grad_squared():
-    name, model = next(_models())
+    name, model = list(_models())[1]  # the plain block: the cheapest to compile
     model = layernorm_eps_zero(model)
     loss = SequenceLoss(_tokens())
     n0 = float(scale_invariant_norm(model))
     tr = solve_flow(
         loss,
         model,
-        t1=0.2,
-        ts=[0.0, 0.2],
+        t1=0.1,
+        ts=[0.0, 0.1],
         solver=diffrax.Tsit5(),
         rtol=1e-9,
         atol=1e-11,
