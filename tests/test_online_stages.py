@@ -339,18 +339,30 @@ def test_bad_input_is_refused():
 
 def test_the_paper_focus_waits_for_information_and_the_level():
     """With ``unigram_gap`` observed, the paper's focus is held until the loss has
-    fallen ``min_information`` below the unigram loss, then reported with the value
-    of its crossing; without that fall it never comes; a rise that stays below the
-    margin above the baseline is no focus."""
+    fallen ``min_information`` below the unigram loss at ``information_saves`` (2)
+    consecutive observations, then reported with the value of its crossing;
+    without that fall it never comes, nor after single dips (a small probe's
+    noise); a rise that stays below the margin above the baseline is no focus."""
     t = np.arange(0.0, 200.0, 1.0)
     sig = _signals(t)
     sig["unigram_gap"] = 0.05 - 0.1 * _sigmoid((t - 120.0) / 2.0)
     focus = _one(_feed(t, sig).events, "focus")
     first = float(t[np.argmax(sig["unigram_gap"] <= -0.02)])
-    assert focus.t_start == first and focus.value - focus.reference >= 0.1
+    assert focus.t_start == first + 1.0  # the second observation below
+    assert focus.value - focus.reference >= 0.1
     never = dict(sig, unigram_gap=np.full(t.size, 0.01))
     names = {e.stage for e in _feed(t, never).events}
     assert "focus" not in names and "dilution" not in names
+    dips = dict(sig, unigram_gap=np.where(np.arange(t.size) % 2, -0.05, 0.01))
+    assert "focus" not in {e.stage for e in _feed(t, dips).events}
+    once = {
+        e.stage
+        for e in _feed(t, dips, StageDetector(margin=0.1, information_saves=1)).events
+    }
+    assert "focus" in once
+    # the offline gate reads the same runs of saves
+    assert not MARGIN_01.informative(dips)
+    assert MARGIN_01.informative(sig) and not MARGIN_01.informative(never)
     assert "entropy_fall" in names  # the named moves do not wait
     low = dict(sig)
     low["head_key_excess"] = sig["head_key_excess"] - 0.95  # ends at 0.05 < margin

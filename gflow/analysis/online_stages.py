@@ -240,6 +240,7 @@ class OnlineStageDetector:
         # observation: its largest value, when, and its smallest value
         self._tracked_top: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._informed = False  # the loss has fallen min_information below unigram
+        self._below = 0  # ... at this many consecutive observations so far
         self._embedding = _Head(-1, -1)  # σ(W_E)'s liftings
 
     def delay(self, dt: float) -> float:
@@ -282,8 +283,14 @@ class OnlineStageDetector:
             hi[higher], t_hi[higher] = tracked[higher], t
             np.minimum(lo, tracked, out=lo)
         gap = x.get("unigram_gap")
-        if gap is None or float(gap) <= -self.detector.min_information:
+        if gap is None:
             self._informed = True  # no gap recorded: the gate cannot be read
+        elif float(gap) <= -self.detector.min_information:
+            self._below += 1  # consecutive observations below the unigram loss
+            if self._below >= self.detector.information_saves:
+                self._informed = True
+        else:
+            self._below = 0
         new: list[Stage] = []
         if not self._condensed:
             for head in self._heads:  # track the moves; report after condensation
