@@ -8,7 +8,9 @@ this jitted call (on the device), each family of singular values cut to its
 ``model(tokens[n, :-1])`` against ``tokens[n, -1]``, and ``unigram_gap``: that loss
 minus the loss of the probe's unigram prediction (the frequencies of the probe's
 context tokens, add-one smoothed), which the stage rules read to tell a run whose
-attention carries information about the next token from one on i.i.d. data.
+attention carries information about the next token from one on i.i.d. data, and
+``top_dominance``: the probe's top token over the next (the paper's cycle-1 focus
+is defined only where it is at least ``min_dominance``).
 """
 
 from __future__ import annotations
@@ -57,4 +59,7 @@ def probe_signals(
     out["loss"] = probe_loss(model, observables.tokens)
     d_vocab = jax.eval_shape(model, contexts[0]).shape[-1]
     out["unigram_gap"] = out["loss"] - probe_unigram_loss(observables.tokens, d_vocab)
+    # recorded so that the offline rules, reading the monitor's directory, apply
+    # the same frequent-token condition as the online ones
+    out["top_dominance"] = observables.dominance.astype(out["loss"].dtype)
     return out
