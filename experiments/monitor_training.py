@@ -163,16 +163,20 @@ class Config:
         )
 
 
+#: the smoke path: the smallest settings found whose probe shows the paper's
+#: stages under the information gate (two consecutive observations of the probe
+#: loss 0.02 nats below the unigram loss): with 16 pieces, 16 probe windows and
+#: 200 steps the gap only dipped below it once per run and no stage was reported
 QUICK = Config(
-    vocab_size=16,
+    vocab_size=32,
     max_chars=20_000,
     held_chars=10_000,
     seq_len=32,
     batch=16,
     eval_batch=64,
     eval_every=10,
-    probe_batch=16,
-    steps=200,
+    probe_batch=64,
+    steps=300,
 )
 
 
