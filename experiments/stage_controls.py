@@ -38,8 +38,9 @@ Command (resumable: each run is cached under experiments/results/stage_controls/
 ``--ladder`` runs every rung of the ladder (0-8) under GD and AdamW on the chain
 and its matched i.i.d. control, held-out seeds 10-34, and writes the block of
 docs/practical_models.md (rungs 0, 3, 4 and 7 reuse the runs above; the other
-five rungs' 1 000 runs took 2 920 s beside other jobs). ``--quick`` is the smoke
-run (rung 0, one seed, a scratch folder).
+five rungs' 500 runs, 2 methods x 2 data sets x 25 seeds each, took 2 920 s
+beside other jobs). ``--quick`` is the smoke run (rung 0, one seed, a scratch
+folder).
 """
 
 from __future__ import annotations
