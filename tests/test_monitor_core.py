@@ -84,3 +84,10 @@ def test_record_writes_what_observe_writes(tmp_path):
     assert cfg["probe_shape"] is None
     for k in sig.as_dict():
         np.testing.assert_allclose(mine.metrics[k], traj.metrics[k], rtol=1e-6)
+    # the framework-free probe path gives the stage rules' two conditions as the
+    # JAX monitor does (the information gate and the frequent token)
+    framework = gflow.Probe(probe, int(obs.top), obs.tracked).signals(
+        _attention(model, probe), logits
+    )
+    for k in ("loss", "unigram_gap", "top_dominance"):
+        np.testing.assert_allclose(framework[k], traj.metrics[k][0], rtol=1e-5)

@@ -13,8 +13,10 @@ them for the JAX path. ``Probe.signals`` turns one forward pass of any framework
   W_A,h = W_Q,h W_K,hᵀ that asymmetry lifting reads,
 
 into the mapping ``Monitor.record`` takes: the per-head signals of
-``gflow.attention_signals``, the probe ``loss`` (mean cross-entropy of the targets)
-and ``sv_W_A`` [l, h, n_sv]. The PyTorch, Hugging Face and Flax adapters
+``gflow.attention_signals``, the probe ``loss`` (mean cross-entropy of the targets),
+``unigram_gap`` and ``top_dominance`` (the stage rules' information and
+frequent-token conditions, as ``gflow.monitor.signals`` computes them on the JAX
+path) and ``sv_W_A`` [l, h, n_sv]. The PyTorch, Hugging Face and Flax adapters
 (``gflow.monitor.pytorch``, ``gflow.monitor.huggingface``, ``gflow.monitor.flax_nnx``)
 are this plus reading those three things out of their models.
 """
@@ -29,6 +31,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float, Int
 
 from gflow.analysis.head_observables import HeadObservables
+from gflow.analysis.key_classes import top_dominance
 from gflow.monitor.reduce import AttentionSignals, attention_signals
 from gflow.problems.transformer import product_singular_values
 
@@ -144,6 +147,15 @@ class Probe:
         shifted = logits - logits.max(axis=-1, keepdims=True)
         logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
         out["loss"] = np.asarray(-logp[np.arange(b), self.targets].mean())
+        # the stage rules' two conditions, as the JAX monitor records them: the
+        # probe loss against the probe's add-one smoothed context unigram, and
+        # how dominant its top token is
+        counts = np.bincount(self.contexts.ravel(), minlength=logits.shape[-1]) + 1.0
+        unigram = -np.mean(np.log(counts / counts.sum())[self.targets])
+        out["unigram_gap"] = np.asarray(out["loss"] - unigram)
+        out["top_dominance"] = np.asarray(
+            min(top_dominance(self.contexts, self.top), 1e30), dtype=float
+        )
         if qk is not None:
             W_Q, W_K = (np.asarray(w, dtype=float) for w in qk)
             if W_Q.shape != W_K.shape or W_Q.ndim != 4:
