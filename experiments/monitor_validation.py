@@ -187,6 +187,14 @@ KIND_NAMES = tuple(k[0] for k in KINDS)
 TARGET_PR, TARGET_LATENCY = 0.9, 0.2
 
 
+def _kinds_only(stages: Sequence[Stage]) -> list[Stage]:
+    """The stages of the ``KINDS`` this page scores: the paper's stages and the
+    liftings; the other named moves of the stage rules (``entropy_fall``,
+    ``self_focus``, ...) are not the paper's and are left out."""
+    names = {name for _, name, _ in KINDS}
+    return [s for s in stages if s.stage in names]
+
+
 def kind_of(stage: Stage) -> str:
     """The label of a stage's or event's kind (``KINDS``)."""
     for label, name, glob in KINDS:
@@ -441,7 +449,7 @@ def replay(traj: Trajectory, detector: StageDetector, window: int) -> list[Stage
     steps = np.asarray(traj.metrics["step"]).astype(int)
     for i, t in enumerate(np.asarray(traj.t, float)):
         det.update(int(steps[i]), float(t), {k: v[i] for k, v in signals.items()})
-    return det.events
+    return _kinds_only(det.events)
 
 
 def _largest_fall(x: np.ndarray) -> float:
@@ -498,8 +506,9 @@ def evaluate(name: str, seed: int, cfg: Config, run_dir: Path) -> dict:
     margins of one saved run."""
     traj, monitor_events, _ = gflow.load_monitor(run_dir)
     t = np.asarray(traj.t, float)
-    offline = detect_head_stages(traj)
+    offline = _kinds_only(detect_head_stages(traj))
     flow = flow_stages(run_dir / "flow.npz") if name == "markov" else None
+    flow = None if flow is None else _kinds_only(flow)
     out = dict(
         case=name,
         seed=seed,
@@ -600,7 +609,7 @@ def run_one(name: str, seed: int, cfg: Config, *, log=print) -> dict:
     run_dir = RUNS / name / f"seed{seed}"
     result = evaluate(name, seed, cfg, run_dir) | sim | dict(evaluated_with=rules)
     if sim["monitor_rules"] == monitor_hash():  # the monitor ran these rules:
-        assert [Stage.from_dict(d) for d in result["monitor_events"]] == [
+        assert _kinds_only([Stage.from_dict(d) for d in result["monitor_events"]]) == [
             _stage_from(d) for d in result["rules"]["default"]["online"]
         ], (name, seed)  # it saw what the replay sees
     OUT.mkdir(parents=True, exist_ok=True)
@@ -641,7 +650,7 @@ def tune(cfg: Config) -> dict:
     trajs = [
         gflow.load_monitor(RUNS / "markov" / f"seed{s}")[0] for s in cfg.tune_seeds
     ]
-    offline = [detect_head_stages(tr) for tr in trajs]
+    offline = [_kinds_only(detect_head_stages(tr)) for tr in trajs]
 
     def kinds(amplitude, growth):
         det = StageDetector(min_amplitude=amplitude, min_growth=growth)
@@ -1364,6 +1373,8 @@ def plot(cfg: Config, results: dict[str, list[dict]], path: Path) -> None:
                 alpha=0.45,
             )
         for rule, marker, colour in (("default", "|", "k"), ("tuned", "v", None)):
+            if rule not in r["rules"]:  # no tuned setting passed
+                continue
             for e in r["rules"][rule]["online"]:
                 y = y0 + (lanes[e["kind"]] + 0.5) * h
                 ax.plot(
