@@ -725,7 +725,7 @@ def _many_rows_dir(path, n):
     return path
 
 
-@pytest.mark.parametrize("n", [12, 30])
+@pytest.mark.parametrize("n", [12, pytest.param(30, marks=pytest.mark.slow)])
 def test_attention_rows_stay_within_the_docs_height(n, tmp_path, monkeypatch):
     """Many tracked rows wrap into a grid, not a stack taller than the docs allow:
     at most 1200 px tall at the docs' 770 px, whatever the number of rows (a stack
