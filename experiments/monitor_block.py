@@ -93,7 +93,6 @@ def run_one(name: str, data, cfg, seed: int, out: Path) -> dict:
             events = list(mon.events)
         traj, _, _ = load_monitor(out)
         stages = detect_head_stages(traj, detector=StageDetector())
-    traj.metrics.setdefault("loss", traj.metrics.get("probe_loss"))
     bad = sc.collapsed(traj, "adamw")
     match = sc.match_paper(traj.t, events, stages)
     return {

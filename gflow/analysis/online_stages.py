@@ -23,9 +23,10 @@ with the relative thresholds, which need the whole run, replaced by absolute one
   head's excess on the most frequent token over every query row has risen
   ``margin`` above its running minimum since the first observation and is at
   least ``margin`` (reported no earlier than condensation, and, when the
-  observations carry ``unigram_gap``, no earlier than the gap's first fall to
-  ``-min_information``: a run whose attention carries no information has no
-  paper stage; ``t_onset`` tells when it began);
+  observations carry ``unigram_gap``, no earlier than the gap has stayed at or
+  below ``-min_information`` for ``information_saves`` observations: a run
+  whose attention carries no information has no paper stage; ``t_onset`` tells
+  when it began);
 - the paper's dilution, cycle 1 (key ``top``): the tracked queries' excess on the
   most frequent token is ``margin`` (and ``min_move`` of its range so far) below
   its running maximum since the first observation, reported no earlier than the
