@@ -165,17 +165,23 @@ def test_agrees_with_the_offline_rules_on_the_same_signals():
     assert growth[0] <= emb.t_start <= growth[1] + dt
 
 
+def _saturating_sv_w_e(t, sig, *, stop=130.0, third=220.0):
+    """σ₂(W_E) grows as in ``_signals`` until ``stop``, then stays; σ₃ grows as
+    e^{0.1 (t - third)} after ``third``."""
+    sv2 = 1e-3 * np.exp(0.08 * np.clip(t - 50.0, 0.0, stop - 50.0))
+    sv3 = 1e-3 * np.exp(0.1 * np.maximum(t - third, 0))
+    return np.stack([np.full(t.size, 1.0), sv2, sv3], -1)
+
+
 def test_cycle_two_opens_after_the_lifting():
+    """The paper's cycle 2 of a head opens at the end of the embedding's lifting
+    (σ₂(W_E)'s growth), not at its report and not at the head's own."""
     t = np.arange(0.0, 300.0, 1.0)
     sig = _signals(t)
-    """The paper's cycle 2 of a head opens at the embedding's lifting (σ₂(W_E)),
-    not at the head's own."""
     after = _sigmoid((t - 200.0) / 4.0)  # late in cycle 2: self up, top-on-top down
     sig["head_tracked_key_excess"][:, 0, 0, 1] = 0.6 * after
     sig["head_top_query_excess"] = (-0.5 * after)[:, None, None]
-    sig["sv_W_E"] = np.concatenate(
-        [sig["sv_W_E"], 1e-3 * np.exp(0.1 * np.maximum(t - 220.0, 0))[:, None]], -1
-    )
+    sig["sv_W_E"] = _saturating_sv_w_e(t, sig)
     ev = _feed(t, sig).events
     lift = _one(ev, "asymmetry_lifting", -1, -1)
     f2, d2 = _one(ev, "focus", cycle=2), _one(ev, "dilution", cycle=2)
@@ -186,6 +192,28 @@ def test_cycle_two_opens_after_the_lifting():
     assert (d2.signal, d2.key) == ("head_top_query_excess", "top")
     lift2 = _one(ev, "asymmetry_lifting", -1, -1, cycle=2)
     assert 220 + math.log(4) / 0.1 <= lift2.t_start < 220 + math.log(4) / 0.1 + 1
+
+
+def test_a_move_still_rising_at_a_lifting_is_not_the_next_cycles():
+    """Cycle 2's focus (the tracked queries onto themselves) still rising when
+    σ₃(W_E)'s growth is reported is cycle 2's move: cycle 3 opens only where
+    that growth ends (as the offline windows do), so a σ₃ growing to the run's
+    end opens no cycle 3, and the rise's continuation is not a cycle-3 focus.
+    A cycle 3 opened at the report (the rule before) reported one here."""
+    t = np.arange(0.0, 600.0, 1.0)
+    sig = _signals(t)
+    slow = _sigmoid((t - 350.0) / 40.0)  # cycle 2's focus: a slow rise to t ≈ 500
+    sig["head_tracked_key_excess"][:, 0, 0, 1] = 0.8 * slow
+    sig["sv_W_E"] = _saturating_sv_w_e(t, sig, third=300.0)  # σ₃ grows to the end
+    ev = _feed(t, sig).events
+    lift2 = _one(ev, "asymmetry_lifting", -1, -1, cycle=2)
+    f2 = _one(ev, "focus", cycle=2)
+    assert f2.t_start < lift2.t_start < 400.0  # reported while the rise goes on
+    assert [
+        e
+        for e in ev
+        if e.cycle >= 3 and e.layer >= 0 and e.stage in ("focus", "dilution")
+    ] == []
 
 
 def test_a_head_that_collapsed_during_condensation_is_reported_with_it():

@@ -34,8 +34,13 @@ with the relative thresholds, which need the whole run, replaced by absolute one
   offline rule, whose window opens at the focus's start, finds it too);
 - the paper's asymmetry lifting, cycle c (global): σ_{c+1}(W_E) (``sv_W_E``) has
   grown ``min_growth``-fold above its running minimum since the first head's paper
-  focus (c = 1) or since the previous one (``t_onset``: when the growth passed
-  ``growth_start``); each opens cycle c + 1 of every head that has focused;
+  focus (c = 1) or since the previous lifting's end (``t_onset``: when the growth
+  passed ``growth_start``). Its end is the first observation, after the report,
+  at which the growth rate of ln σ_{c+1} over the last ``window`` intervals is
+  below a quarter of its peak since the onset (the offline rule's end, read
+  causally); the end opens cycle c + 1 of every head that has focused and the
+  next lifting, as the offline windows open there (a cycle opened at the report
+  would count the rest of cycle c's move, still rising, as cycle c + 1's);
 - cycle c ≥ 2 of a head: focus (key ``self``) when the tracked queries' excess on
   themselves is ``margin`` above its running minimum, dilution (key ``top``) when
   the most frequent query's excess on itself is ``margin`` below its running
@@ -203,6 +208,10 @@ class _Head:
         self.opened = False
         self.focused = False
         self.dilution_opened = False
+        #: a reported lifting whose growth has not ended: (t, ln σ) since its
+        #: onset, and the index of σ
+        self.ending: tuple[list[tuple[float, float]], int] | None = None
+        self.trace: list[tuple[float, float]] = []  # the open lifting's (t, ln σ)
 
 
 class OnlineStageDetector:
@@ -388,27 +397,58 @@ class OnlineStageDetector:
             )
 
     def _step_embedding(self, step, t, x, new) -> None:
-        """σ(W_E)'s liftings: the first opens at the first head's paper focus; each
-        opens the next paper cycle of every head that has focused."""
+        """σ(W_E)'s liftings: the first opens at the first head's paper focus; the
+        end of each opens the next paper cycle of every head that has focused, and
+        the next lifting."""
         emb = self._embedding
         if not emb.opened and any(h.focused for h in self._heads):
             emb.opened = True
             self._open_lift(emb, x, t)
-        fired = self._step_rules(emb, step, t, x, new)
-        if fired:
+        if emb.ending is not None:
+            if self._growth_ended(emb, x, t):
+                emb.ending = None
+                self._open_lift(emb, x, t)
+                self._open_cycle(emb.cycle, x, t)
+            return
+        rule = emb.rules.get("asymmetry_lifting")
+        if rule is not None:
+            emb.trace.append((t, self._log_sv(x, emb.cycle)))
+        if self._step_rules(emb, step, t, x, new):
+            # the growth so far, from its onset: the rate's peak is read on it
+            trace = [(s, v) for s, v in emb.trace if s >= rule.move.onset]
+            emb.ending = (trace, emb.cycle)
             emb.cycle += 1
-            self._open_lift(emb, x, t)
-            for head in self._heads:
-                if head.focused:
-                    for stage in ("focus", "dilution"):
-                        head.rules.pop(stage, None)
-                    head.cycle = emb.cycle
-                    self._open(
-                        head, "focus", "head_tracked_key_excess:1", +1, x, t, key="self"
-                    )
-                    self._open(
-                        head, "dilution", "head_top_query_excess", -1, x, t, key="top"
-                    )
+            emb.trace = []
+
+    @staticmethod
+    def _log_sv(x, i: int) -> float:
+        return math.log(max(float(x["sv_W_E"][i]), 1e-300))
+
+    def _growth_ended(self, emb: _Head, x, t: float) -> bool:
+        """Whether the reported lifting's growth rate of ln σ, over the last
+        ``window`` intervals, has fallen below a quarter of its peak."""
+        trace, i = emb.ending
+        trace.append((t, self._log_sv(x, i)))
+        rates = [
+            (b[1] - a[1]) / (b[0] - a[0])
+            for a, b in zip(trace[: -self.window], trace[self.window :])
+        ]
+        return len(rates) > 1 and rates[-1] < 0.25 * max(rates)
+
+    def _open_cycle(self, cycle: int, x, t: float) -> None:
+        """Cycle ``cycle`` of every head that has focused: its focus (key ``self``)
+        and dilution (key ``top``), measured from here."""
+        for head in self._heads:
+            if head.focused:
+                for stage in ("focus", "dilution"):
+                    head.rules.pop(stage, None)
+                head.cycle = cycle
+                self._open(
+                    head, "focus", "head_tracked_key_excess:1", +1, x, t, key="self"
+                )
+                self._open(
+                    head, "dilution", "head_top_query_excess", -1, x, t, key="top"
+                )
 
     def _step_rules(self, head: _Head, step, t, x, new) -> list[str]:
         fired = []
