@@ -13,12 +13,11 @@ constant step or a cosine decay to 0; init scale ε ∈ {1e-3, 0.02}; Adam
 Every run is stopped at the clock t = Σ η_k = ``t1`` (its number of steps is set
 from its schedule's mean), so all cells are compared on one clock.
 
-Stages are the threshold rule of experiments/flow_vs_optimizers.py
-(``simple_stages``: condensation loss ≤ H(π) + 0.02; focus attention entropy < 0.5;
-dilution the rarest query's attention on token 0 < 0.5 after focus; lifting
-σ₂/σ₁(W_E) > 0.1 after dilution) and collapse = attention entropy < 0.05. A cell
-"holds" in a seed when all four stages appear and the attention never collapses
-before t1.
+Stages are read by the library's one-layer rules (``gflow.detect_stages``, as
+``experiments/flow_vs_optimizers.paper_stages`` reads them: cycle 1, closed stages
+only; a provisional one is listed apart, not counted) and collapse = attention
+entropy < 0.05. A cell "holds" in a seed when all four stages appear closed and
+the attention never collapses before t1.
 
 The preconditioned sharpness λ_max(D H), D = 1/(√v̂ + ε_A) from the run's own Adam
 state, is measured at every save by warm-started Lanczos
@@ -57,9 +56,10 @@ import optax  # noqa: E402
 from experiments import _docs  # noqa: E402
 from experiments.flow_vs_optimizers import (  # noqa: E402
     COLLAPSE_ENTROPY,
+    RULES,
     STAGES,
     keeps_stages,
-    simple_stages,
+    paper_stages,
 )
 from gflow import MarkovObservables, PopulationLoss  # noqa: E402
 from gflow.analysis import adam_scale, flatten, preconditioned_sharpness  # noqa: E402
@@ -258,22 +258,21 @@ def run_peak(cfg: Config, peak: float, progress: bool = True) -> list[dict]:
     out = []
     for i, r in enumerate(runs):
         series = {k: v[i] for k, v in records.items()}
-        out.append(summarise(cfg, chain.unigram_loss, r, series, float(rise[i])))
+        out.append(summarise(cfg, chain, r, series, float(rise[i])))
     return out
 
 
-def summarise(cfg: Config, unigram: float, run: dict, s: dict, rise: float) -> dict:
+def summarise(cfg: Config, chain, run: dict, s: dict, rise: float) -> dict:
     """One run's stages, collapse, final keys and departures from its saved series
     (only the saves within its own steps count)."""
     inside = s["step"] <= run["steps"]
     loss = s["loss"][inside]
     diverged = not np.all(np.isfinite(loss)) or loss.max() > 10 * loss[0]
+    keep = ("loss", "attention_entropy", "attention", "attention_on_top", "sv_W_E")
     traj = types.SimpleNamespace(
-        t=s["t"][inside],
-        metrics={k: s[k][inside] for k in ("loss", "attention_entropy")}
-        | {k: s[k][inside] for k in ("attention_on_top", "sv_W_E")},
+        t=s["t"][inside], metrics={k: s[k][inside] for k in keep}
     )
-    stages = simple_stages(traj, unigram)
+    stages = paper_stages(traj, chain)
     edge = Adam(beta=cfg.b1).stability
     ratio = s["lr"][inside] * s["sharpness"][inside]
     over = np.nan_to_num(ratio) > edge
@@ -299,7 +298,10 @@ def load(path: Path, cfg: Config) -> tuple[list[dict], dict | None]:
     if not path.exists():
         return [], None
     saved = json.loads(path.read_text())
-    if saved.get("config") != json.loads(json.dumps(dataclasses.asdict(cfg))):
+    if (
+        saved.get("config") != json.loads(json.dumps(dataclasses.asdict(cfg)))
+        or saved.get("rules") != RULES
+    ):
         return [], None
     return saved["runs"], saved.get("session")
 
@@ -320,11 +322,21 @@ def run(cfg: Config, out: Path, *, fresh: bool = False) -> dict:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(
             json.dumps(
-                {"config": dataclasses.asdict(cfg), "runs": runs, "session": session}
+                {
+                    "config": dataclasses.asdict(cfg),
+                    "rules": RULES,
+                    "runs": runs,
+                    "session": session,
+                }
             )
         )
         tmp.replace(path)
-    return {"config": dataclasses.asdict(cfg), "runs": runs, "session": session}
+    return {
+        "config": dataclasses.asdict(cfg),
+        "rules": RULES,
+        "runs": runs,
+        "session": session,
+    }
 
 
 def cell_key(r: dict) -> tuple:

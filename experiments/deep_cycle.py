@@ -397,12 +397,23 @@ def add_departures(results: dict) -> None:
             )
 
 
-def summarise(traj: Trajectory, data: Data) -> dict:
-    """The saved curves and the per-head stages of one run."""
+def summarise(traj: Trajectory, data: Data, method: str) -> dict:
+    """The saved curves and the per-head stages of one run: ``stages`` holds the
+    closed ones only (a provisional stage, which a longer run could move, is kept
+    apart in ``provisional`` and not counted); an AdamW run that collapses (a
+    head's entropy below 0.05 nats) or ends above its start is ``left_out`` and
+    its stages are not counted (``stage_controls.collapsed``), its final
+    query-to-key map summarised in ``final_map``."""
+    from experiments import stage_controls  # it imports this module
+
     metrics = dict(traj.metrics)
     metrics["unigram_gap"] = np.asarray(metrics["held_out_loss"]) - data.unigram_loss
     traj = dataclasses.replace(traj, metrics=metrics)
     stages = detect_head_stages(traj)
+    held = dataclasses.replace(
+        traj, metrics=metrics | {"loss": metrics["held_out_loss"]}
+    )
+    left_out = stage_controls.collapsed(held, "adamw" if method == "adamw" else "gd")
     return {
         "status": traj.status,
         "t": np.asarray(traj.t).tolist(),
@@ -410,7 +421,12 @@ def summarise(traj: Trajectory, data: Data) -> dict:
         "head_entropy": np.asarray(metrics["head_entropy"]).tolist(),
         "head_on_top": np.asarray(metrics["head_on_top"]).tolist(),
         "sv_W_A_1": np.asarray(metrics["sv_W_A"])[..., 0].tolist(),
-        "stages": [s.to_dict() for s in stages],
+        "stages": []
+        if left_out
+        else [s.to_dict() for s in stages if not s.provisional],
+        "provisional": [s.to_dict() for s in stages if s.provisional],
+        "left_out": left_out,
+        "final_map": stage_controls.final_map(traj) if left_out else None,
     }
 
 
@@ -476,7 +492,7 @@ def run(cfg: Config, *, log=print) -> dict:
                         "method": method,
                         "seed": seed,
                         "wall_s": walls[method],
-                        **summarise(traj, data),
+                        **summarise(traj, data, method),
                     }
                     results["runs"].append(rec)
                 if seed == cfg.seeds[0] and (n_layers, n_heads) in cfg.step_check:
@@ -489,8 +505,8 @@ def run(cfg: Config, *, log=print) -> dict:
                             "layers": n_layers,
                             "heads": n_heads,
                             "seed": seed,
-                            "eta": summarise(trajs["gd"], data),
-                            "half": summarise(half, data),
+                            "eta": summarise(trajs["gd"], data, "gd"),
+                            "half": summarise(half, data, "gd"),
                         }
                     )
             loads.append(list(os.getloadavg()))
@@ -746,6 +762,47 @@ def bottom_up(runs: list[dict]) -> tuple[int, int]:
     return up, several
 
 
+def reading(results: dict) -> str:
+    """How the stages were read: the rules, the provisional stages left out and the
+    runs left out (every number from the run)."""
+    runs = results["runs"]
+    prov = {
+        m: sum(
+            s["stage"] in STAGE_LETTERS
+            for r in runs
+            if r["method"] == m
+            for s in r.get("provisional", [])
+        )
+        for m in METHODS
+    }
+    out = [
+        "Stages are read by `gflow.detect_head_stages` with the rules of "
+        "[stage_rules.md](stage_rules.md): focus is the paper's (a head's excess "
+        "attention on the most frequent token rising by the margin), dilution the "
+        "tracked queries' excess on it falling back, and cycle 2 the rare queries "
+        "on themselves; the other named moves (entropy fall, self, previous-token, "
+        "first-position focus) are not counted here. Only closed stages are "
+        "counted; the provisional ones (a longer run could move them) are left "
+        "out: "
+        + ", ".join(f"{m} {prov[m]}" for m in METHODS)
+        + " paper stages over all runs."
+    ]
+    left = [r for r in runs if r.get("left_out")]
+    if left:
+        out.append(
+            f"AdamW runs left out ({len(left)}; their stages are not counted): "
+            + "; ".join(
+                f"{r['data']} {r['layers']}×{r['heads']} s{r['seed']} "
+                f"{r['left_out']} ({r['final_map']})"
+                for r in left
+            )
+            + "."
+        )
+    else:
+        out.append("No AdamW run collapsed or diverged.")
+    return "\n\n".join(out)
+
+
 def summary(results: dict) -> str:
     cfg = results["config"]
     loads = np.asarray(results["load_averages"])
@@ -775,6 +832,7 @@ def summary(results: dict) -> str:
         f"{cfg['entropy_tol']} nats.\n\n"
         f"{data_lines}\n\n"
         "### Stages by method and architecture (from the run)\n\n"
+        f"{reading(results)}\n\n"
         f"{headline(results)}\n"
         "### Per (data, architecture, method), over the seeds\n\n"
         f"{stage_table(results)}\n"

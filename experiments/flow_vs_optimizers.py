@@ -16,16 +16,16 @@ experiments/results/flow_vs_optimizers/{results.json, stages.md, <optimizer>.png
 (the figures: the first seed), and with --write-docs the table over seeds into
 docs/flow_vs_optimizers.md.
 
-Stage times use a simple documented rule (``simple_stages``), not a library
-detector: condensation = first t with loss ≤ H(π) + 0.02; focus = first t with
-π-weighted attention entropy < 0.5; dilution = first t after focus with the rarest
-query's attention on token 0 below 0.5; asymmetry lifting = first t after dilution
-with σ₂(W_E)/σ₁(W_E) > 0.1. A stage that never meets its rule before t1 is absent.
-Collapse = first t with attention entropy < 0.05, far below the flow's focus plateau
-(0.27): every query attends to one token. The table's last column asks for all four
-stages and no collapse before t1: when the entropy falls straight to ~0 (Adam), the
-focus/dilution/asymmetry times are the collapse passing through the thresholds, not
-the flow's stages.
+Stage times are read by the library's one-layer stage rules
+(``gflow.detect_stages``, docs/stage_rules.md: one definition for every page),
+cycle 1 only: condensation's end, and the start of the paper's focus (the excess
+attention on the most frequent token rising by the margin), of its dilution and of
+σ₂(W_E)'s lifting, each only when closed; a provisional stage (one a longer run
+could move) is not a stage here, its name is listed under ``provisional``. The
+information gate reads ``unigram_gap`` = loss − H(π). Collapse = first t with
+attention entropy < 0.05, far below the flow's focus plateau (0.27): every query
+attends to one token. The table's last column asks for all four stages closed and
+no collapse before t1.
 """
 
 from __future__ import annotations
@@ -43,7 +43,13 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from experiments import _docs, _seeds  # noqa: E402
-from gflow import MarkovObservables, PopulationLoss, solve_flow  # noqa: E402
+from gflow import (  # noqa: E402
+    MarkovObservables,
+    PopulationLoss,
+    Trajectory,
+    detect_stages,
+    solve_flow,
+)
 from gflow.dynamics import run_sweep  # noqa: E402
 from gflow.dynamics.references import evaluate_along  # noqa: E402
 from gflow.runs import FlowConfig  # noqa: E402
@@ -66,26 +72,52 @@ class Config:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)  # of the initial weights
 
 
-def simple_stages(traj, unigram_loss: float) -> dict[str, float | None]:
-    """The documented threshold rule of this experiment (see the module docstring)."""
-    t, m = traj.t, traj.metrics
+#: What the stage times depend on besides the runs (a results file read with
+#: other rules is started over).
+RULES = "detect_stages cycle 1, closed stages only (issue 55)"
+_NAMES = {
+    "condensation": "condensation",
+    "focus": "focus",
+    "dilution": "dilution",
+    "asymmetry": "asymmetry_lifting",
+}
 
-    def first(mask, after=-np.inf):
-        mask = np.asarray(mask) & (t >= after)
-        return float(t[np.argmax(mask)]) if mask.any() else None
 
-    out = {"condensation": first(m["loss"] <= unigram_loss + 0.02)}
-    out["focus"] = first(m["attention_entropy"] < 0.5)
-    rare = np.asarray(m["attention_on_top"])[:, -1]
-    out["dilution"] = (
-        None if out["focus"] is None else first(rare < 0.5, after=out["focus"])
+def paper_stages(traj, chain) -> dict:
+    """Cycle 1's stages by ``gflow.detect_stages`` (module docstring): per name in
+    ``STAGES`` the time (condensation: its end; the others: their start) of the
+    closed stage, else None; ``provisional`` (the names found but not closed),
+    ``focus_key``, ``collapse`` and ``min_entropy``."""
+    t = np.asarray(traj.t, float)
+    m = {k: np.asarray(v) for k, v in traj.metrics.items()}
+    m["unigram_gap"] = m["loss"] - chain.unigram_loss
+    ok = np.all(np.isfinite(m["attention"].reshape(t.size, -1)), axis=1)
+    ok &= np.isfinite(m["loss"])
+    n = t.size if ok.all() else int(np.argmin(ok))  # up to the first non-finite save
+    found = detect_stages(
+        Trajectory(t=t[:n], metrics={k: v[:n] for k, v in m.items()}, final=None),
+        pi=np.asarray(chain.pi),
     )
-    ratio = np.asarray(m["sv_W_E"])[:, 1] / np.asarray(m["sv_W_E"])[:, 0]
-    # the random init has σ₂/σ₁ = O(1); lifting is its rise after dilution
-    after = out["dilution"]
-    out["asymmetry"] = None if after is None else first(ratio > 0.1, after=after)
-    out["collapse"] = first(m["attention_entropy"] < COLLAPSE_ENTROPY)
-    out["min_entropy"] = float(np.nanmin(m["attention_entropy"]))
+    cycle1 = {}
+    for st in found:
+        if st.cycle == 1 and st.stage not in cycle1:
+            cycle1[st.stage] = st
+    out: dict = {}
+    for name, stage in _NAMES.items():
+        st = cycle1.get(stage)
+        closed = st is not None and not st.provisional
+        when = (
+            None if st is None else (st.t_end if name == "condensation" else st.t_start)
+        )
+        out[name] = float(when) if closed else None
+    out["provisional"] = [
+        n for n, s in _NAMES.items() if s in cycle1 and out[n] is None
+    ]
+    out["focus_key"] = None if "focus" not in cycle1 else cycle1["focus"].key
+    entropy = m["attention_entropy"]
+    low = np.flatnonzero(np.asarray(entropy) < COLLAPSE_ENTROPY)
+    out["collapse"] = float(t[low[0]]) if low.size else None
+    out["min_entropy"] = float(np.nanmin(entropy))
     return out
 
 
@@ -107,7 +139,7 @@ def optimizers(cfg: Config):
 
 
 def keeps_stages(stages: dict) -> bool:
-    """All four stages present and no attention collapse."""
+    """All four stages present and closed, and no attention collapse."""
     return all(stages[s] is not None for s in STAGES) and stages["collapse"] is None
 
 
@@ -117,7 +149,6 @@ def run(cfg: Config, *, seed: int = 0, only=("sgd", "momentum", "adam")) -> dict
     flow_cfg = FlowConfig(seed=seed)
     chain = flow_cfg.chain()
     loss, model, obs = PopulationLoss(chain), flow_cfg.model(), MarkovObservables(chain)
-    h = chain.unigram_loss
     flow = solve_flow(
         loss,
         model,
@@ -128,7 +159,7 @@ def run(cfg: Config, *, seed: int = 0, only=("sgd", "momentum", "adam")) -> dict
     )
     out = {
         "flow": {
-            "stages": simple_stages(flow, h),
+            "stages": paper_stages(flow, chain),
             "t": flow.t.tolist(),
             "attention_entropy": flow.metrics["attention_entropy"].tolist(),
             "loss": flow.metrics["loss"].tolist(),
@@ -146,7 +177,7 @@ def run(cfg: Config, *, seed: int = 0, only=("sgd", "momentum", "adam")) -> dict
                 {
                     "lr": lr,
                     "status": sweep.status(m),
-                    "stages": simple_stages(traj, h),
+                    "stages": paper_stages(traj, chain),
                     "t": traj.t.tolist(),
                     "attention_entropy": traj.metrics["attention_entropy"].tolist(),
                     "loss": traj.metrics["loss"].tolist(),
@@ -277,7 +308,7 @@ def main() -> None:
     only = tuple(args.only.split(","))
     saved = _seeds.over_seeds(
         args.out / "results.json",
-        {"config": dataclasses.asdict(cfg), "only": list(only)},
+        {"config": dataclasses.asdict(cfg), "only": list(only), "rules": RULES},
         cfg.seeds,
         lambda seed: run(cfg, seed=seed, only=only),
     )

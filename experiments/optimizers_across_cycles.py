@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -99,8 +100,29 @@ class Settings:
         )
 
 
+PAPER = ("condensation", "focus", "dilution", "asymmetry_lifting")
+
+
 def _stage_string(stages) -> str:
-    return " ".join(f"{s['stage'][0].upper()}{s['cycle']}" for s in stages) or "-"
+    """C1 F1 D1 A1 ...; a provisional stage (a longer run could move it) ends in
+    ``?``."""
+    return (
+        " ".join(
+            f"{s['stage'][0].upper()}{s['cycle']}"
+            + ("?" if s.get("provisional") else "")
+            for s in stages
+            if s["stage"] in PAPER  # the other named moves are not the paper's
+        )
+        or "-"
+    )
+
+
+def rules_hash() -> str:
+    """The one-layer stage rules' code: results read with other rules are rerun."""
+    h = hashlib.sha256()
+    for name in ("stages.py", "key_classes.py", "stage.py"):
+        h.update((ROOT / "gflow" / "analysis" / name).read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _observe(traj, loss, chain):
@@ -231,7 +253,10 @@ def table(results: list[dict], s: Settings) -> str:
     lines = [
         f"Seeds {', '.join(map(str, seeds))} of the initial weights (± is the sample "
         f'sd over them; "stages" is seed {seeds[0]}\'s list, "same in" counts the '
-        "seeds with the same list).",
+        "seeds with the same list). Stages by `gflow.detect_stages` "
+        "(docs/stage_rules.md); one marked ? is provisional: still open at t1, or "
+        "after an open one, so a longer run could move it; it is not a closed "
+        "stage.",
         "",
         f"Gradient flow: stages {flows[0]}"
         + ("" if len(set(flows)) == 1 else f" (seeds differ: {'; '.join(flows)})")
@@ -311,8 +336,11 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     record = args.out / "results.json"
     saved = json.loads(record.read_text()) if record.exists() else {}
-    if saved.get("settings") != json.loads(json.dumps(dataclasses.asdict(s))):
-        saved = {"settings": dataclasses.asdict(s), "seeds": []}
+    if (
+        saved.get("settings") != json.loads(json.dumps(dataclasses.asdict(s)))
+        or saved.get("rules") != rules_hash()
+    ):
+        saved = {"settings": dataclasses.asdict(s), "rules": rules_hash(), "seeds": []}
     start, load = time.perf_counter(), os.getloadavg()[0]
     for seed in range(len(saved["seeds"]), s.seeds):
         print(f"seed {seed + 1}/{s.seeds}", flush=True)

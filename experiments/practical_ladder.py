@@ -564,7 +564,7 @@ def run(cfg: Config, *, log=print) -> dict:
                         "method": method,
                         "seed": seed,
                         "wall_s": time.perf_counter() - t0,
-                        **dc.summarise(traj, data),
+                        **dc.summarise(traj, data, method),
                         "online": online_events(traj),
                         "key_classes": keys["labels"],
                         "key_mass": {"mass": keys["mass"], "chance": keys["chance"]},
