@@ -220,10 +220,13 @@ def read(traj: Trajectory, margin: float, *, gate: bool = True) -> dict:
         )
 
     half = any(has("focus", h) and has("dilution", h) for h in heads)
-    lifted = any(
-        s.stage == "asymmetry_lifting" and s.cycle == 1 and s.layer < 0 for s in stages
-    )
-    return {
+    lifts = [
+        s
+        for s in stages
+        if s.stage == "asymmetry_lifting" and s.cycle == 1 and s.layer < 0
+    ]
+    lifted = bool(lifts)
+    out = {
         "focus": has("focus"),
         "dilution": has("dilution"),
         "paper": has("focus") or has("dilution"),
@@ -242,6 +245,8 @@ def read(traj: Trajectory, margin: float, *, gate: bool = True) -> dict:
         "moves": sorted({s.stage for s in c1 if not s.is_paper_stage}),
         "entropy_fall_keys": sorted({s.key for s in c1 if s.stage == "entropy_fall"}),
     }
+    out["closed_full"] = out["closed_half"] and any(not s.provisional for s in lifts)
+    return out
 
 
 def online(traj: Trajectory, margin: float) -> list:
@@ -382,6 +387,7 @@ def cells(
                         "half",
                         "closed_half",
                         "full",
+                        "closed_full",
                     ):
                         cell[k] = cell.get(k, 0) + int(got[k])
                     for mv in got["moves"]:
@@ -438,25 +444,30 @@ def page(held: tuple[int, ...]) -> str:
         "focus or dilution in any head (closed or provisional) on each control; on "
         "the chain, seeds with the half cycle (focus onto the top token, then "
         "dilution from it, in one head) and the full cycle (with the sigma_2(W_E) "
-        "lifting); 95% Wilson intervals on seeds; the last column is the chain's "
-        "half cycle minus the i.i.d. control's firing, with Newcombe's interval. "
+        "lifting), each with every stage closed (no longer run can move it), and "
+        "in its own column, not counted, the seeds whose half cycle is there only "
+        "with a provisional stage (the rule's recall on the chain is closed plus "
+        "provisional: a user sees both); 95% Wilson intervals on seeds; the "
+        "chain-minus-control column is the chain's closed half cycle minus the "
+        "i.i.d. control's firing, with Newcombe's interval. "
         "Collapsed or diverged runs (a loss that is not finite; AdamW also: a "
         "head entropy below 0.05 nats, or a loss ending above its start) are left "
         "out and counted apart. The last column reads the i.i.d. runs without "
         "the information gate (the excess rule alone): what the gate removes.",
         "",
-        "| rung | method | chain: half cycle | of which closed | chain: full cycle "
-        "| i.i.d. | uniform pi | shuffled text | chain - i.i.d. | left out "
-        "| i.i.d., excess rule alone |",
+        "| rung | method | chain: half cycle, closed | only with a provisional "
+        "stage | chain: full cycle, closed | i.i.d. | uniform pi | shuffled text "
+        "| chain (closed) - i.i.d. | left out | i.i.d., excess rule alone |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rung in RUNGS:
         for method in METHODS:
             ch = c.get((CHAIN, rung, method), {"n": 0, "bad": 0})
             row = [rung, method]
-            row.append(_fmt(ch.get("half", 0), ch["n"]) if ch["n"] else "-")
-            row.append(str(ch.get("closed_half", 0)) if ch["n"] else "-")
-            row.append(_fmt(ch.get("full", 0), ch["n"]) if ch["n"] else "-")
+            closed = ch.get("closed_half", 0)
+            row.append(_fmt(closed, ch["n"]) if ch["n"] else "-")
+            row.append(str(ch.get("half", 0) - closed) if ch["n"] else "-")
+            row.append(_fmt(ch.get("closed_full", 0), ch["n"]) if ch["n"] else "-")
             bad = [f"chain {ch['bad']}"] if ch["bad"] else []
             for data in CONTROLS:
                 v = c.get((data, rung, method))
@@ -465,9 +476,7 @@ def page(held: tuple[int, ...]) -> str:
                     bad.append(f"{data.split('-')[1]} {v['bad']}")
             iid = c.get(("markov-iid", rung, method))
             if ch["n"] and iid and iid["n"]:
-                lo, hi = newcombe(
-                    ch.get("half", 0), ch["n"], iid.get("paper", 0), iid["n"]
-                )
+                lo, hi = newcombe(closed, ch["n"], iid.get("paper", 0), iid["n"])
                 row.append(f"[{lo:.2f}, {hi:.2f}]")
             else:
                 row.append("-")
@@ -568,20 +577,27 @@ def ladder_page(
         "warmup 10%, cosine, batches of 32 fresh sequences); the rules read "
         "`HeadObservables` on 32 held-out sequences, 41 saves.",
         "",
-        "Per cell, **seeds** (a seed counts when any of its heads shows it): on "
-        "the paper's chain the half cycle (the paper's focus onto the top token, "
-        "then dilution from it, in one head; closed or provisional), how many of "
-        "those closed, and the full cycle (with the sigma_2(W_E) lifting); on the "
-        "i.i.d. control (tokens i.i.d. from the chain's pi: the same frequent "
-        "token, no context to use) the seeds with the paper's focus or dilution in "
-        "any head; 95% Wilson intervals on seeds; the difference, chain's half "
-        "cycle minus the control's firing, with Newcombe's interval. AdamW runs "
-        "that collapse (a head entropy below 0.05 nats) or end above their start "
-        "are left out before their stages are read; what they ended on is listed "
+        "Per cell, **seeds** (a seed counts when any of its heads shows it). On "
+        "the paper's chain: the half cycle (the paper's focus onto the top token, "
+        "then dilution from it, in one head) and the full cycle (with the "
+        "sigma_2(W_E) lifting), **closed**: every stage of it closed, so no "
+        "longer run can move it; these are the counts the difference and the "
+        "answer use. Beside them, in their own column and not counted as stages, "
+        "the seeds whose half cycle is there only with a provisional stage (a "
+        "stage still open at the run's end, or inside a window a longer run "
+        "could move). On the i.i.d. control (tokens i.i.d. from the chain's pi: "
+        "the same frequent token, no context to use): the seeds with the "
+        "paper's focus or dilution in any head, closed or provisional (a user "
+        "sees both, so the control is read the strict way). 95% Wilson "
+        "intervals on seeds; the difference, the chain's closed half cycle minus "
+        "the control's firing, with Newcombe's interval. AdamW runs that "
+        "collapse (a head entropy below 0.05 nats) or end above their start are "
+        "left out before their stages are read; what they ended on is listed "
         "below the table.",
         "",
-        "| rung | method | chain: half cycle | closed | full cycle | i.i.d.: "
-        "focus or dilution | chain - i.i.d. (95%) | left out (chain, i.i.d.) |",
+        "| rung | method | chain: half cycle, closed | full cycle, closed | "
+        "half cycle only with a provisional stage (not counted) | i.i.d.: focus "
+        "or dilution | chain (closed) - i.i.d. (95%) | left out (chain, i.i.d.) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     ends = []
@@ -593,18 +609,17 @@ def ladder_page(
             if not ch["n"] and not iid["n"]:
                 continue
             row = [rung, method]
-            row.append(_fmt(ch.get("half", 0), ch["n"]) if ch["n"] else "-")
-            row.append(str(ch.get("closed_half", 0)) if ch["n"] else "-")
-            row.append(_fmt(ch.get("full", 0), ch["n"]) if ch["n"] else "-")
+            closed = ch.get("closed_half", 0)
+            row.append(_fmt(closed, ch["n"]) if ch["n"] else "-")
+            row.append(_fmt(ch.get("closed_full", 0), ch["n"]) if ch["n"] else "-")
+            row.append(str(ch.get("half", 0) - closed) if ch["n"] else "-")
             row.append(_fmt(iid.get("paper", 0), iid["n"]) if iid["n"] else "-")
             if ch["n"] and iid["n"]:
-                lo, hi = newcombe(
-                    ch.get("half", 0), ch["n"], iid.get("paper", 0), iid["n"]
-                )
-                d = ch.get("half", 0) / ch["n"] - iid.get("paper", 0) / iid["n"]
+                lo, hi = newcombe(closed, ch["n"], iid.get("paper", 0), iid["n"])
+                d = closed / ch["n"] - iid.get("paper", 0) / iid["n"]
                 row.append(f"{d:+.2f} [{lo:.2f}, {hi:.2f}]")
                 plot[(rung, method)] = (
-                    (ch.get("half", 0), ch["n"]),
+                    (closed, ch["n"]),
                     (iid.get("paper", 0), iid["n"]),
                 )
             else:
@@ -648,7 +663,7 @@ def _ladder_figure(plot: dict) -> None:
         rungs = [r for r in LADDER if (r, method) in plot]
         x = np.array([int(r.split()[0]) for r in rungs])
         for j, (label, colour) in enumerate(
-            (("chain: half cycle", "C0"), ("i.i.d.: focus or dilution", "C3"))
+            (("chain: half cycle, closed", "C0"), ("i.i.d.: focus or dilution", "C3"))
         ):
             k_n = [plot[(r, method)][j] for r in rungs]
             p = np.array([k / n for k, n in k_n])
