@@ -92,7 +92,7 @@ def paper_stages(traj, chain) -> dict:
     m = {k: np.asarray(v) for k, v in traj.metrics.items()}
     m["unigram_gap"] = m["loss"] - chain.unigram_loss
     ok = np.all(np.isfinite(m["attention"].reshape(t.size, -1)), axis=1)
-    ok &= np.isfinite(m["loss"])
+    ok &= np.isfinite(m["loss"]) & np.all(np.isfinite(m["sv_W_E"]), axis=1)
     n = t.size if ok.all() else int(np.argmin(ok))  # up to the first non-finite save
     found = detect_stages(
         Trajectory(t=t[:n], metrics={k: v[:n] for k, v in m.items()}, final=None),

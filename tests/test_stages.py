@@ -367,6 +367,17 @@ def test_growth_at_its_thresholds_on_a_few_points():
     assert growth([0.0, 1.0, 2.0, 3.0], [1.0, 1.0, 2.0, 8.0]) == (2.0, 3.0)
 
 
+def test_a_growth_is_read_up_to_the_first_value_that_is_not_finite():
+    """A singular value that grows 100x and then overflows or turns NaN (a
+    diverging optimizer run) is read up to its last finite value (the NaN once
+    raised an IndexError in the growth's end)."""
+    t = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    finite = growth(t[:4], [1.0, 1.0, 10.0, 100.0])
+    assert finite == (2.0, 3.0)
+    for bad in (np.nan, np.inf):
+        assert growth(t, [1.0, 1.0, 10.0, 100.0, bad, 1.0]) == finite
+
+
 def test_an_explicit_pi_overrides_the_first_attention_rows():
     """π read off the first attention rows has token 0 on top; an explicit π with
     token 3 on top makes the rules read other columns, so other stages come out."""

@@ -340,7 +340,11 @@ class StageDetector:
             np.asarray(t, float),
             np.log(np.maximum(np.asarray(sv, float), 1e-300)),
         )
-        idx = np.flatnonzero(t >= after)
+        # σ read only up to its first value that is not finite (a run that
+        # diverged): what follows is not a singular value
+        bad = np.flatnonzero(~np.isfinite(logs))
+        n_ok = int(bad[0]) if bad.size else logs.size
+        idx = np.flatnonzero(t[:n_ok] >= after)
         if idx.size < 3:
             return None
         t, logs = t[idx], logs[idx]
