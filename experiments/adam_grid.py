@@ -469,9 +469,11 @@ def reading(runs: list[dict], bayes: float) -> list[str]:
     if calm:
         out.append(
             f"runs without a collapse: {len(calm)}, "
-            f"{sum(r['stages']['min_entropy'] > 0.5 for r in calm)} of which never "
-            "focus (minimum attention entropy above 0.5: the attention stays near "
-            "its uniform start); peaks "
+            f"{sum(r['stages']['focus'] is None for r in calm)} of which have no "
+            "closed paper focus, "
+            f"{sum(r['stages']['min_entropy'] > 0.5 for r in calm)} with a minimum "
+            "attention entropy above 0.5 (the attention stays near its uniform "
+            "start); peaks "
             f"{sorted({r['peak'] for r in calm})}, inits "
             f"{sorted({r['init'] for r in calm})}"
         )
