@@ -10,22 +10,50 @@ import numpy as np
 from experiments import flow_vs_optimizers as fvo
 
 
-def test_the_stage_rule_reads_its_thresholds_in_order():
-    t = np.arange(6.0)
-    traj = types.SimpleNamespace(
-        t=t,
-        metrics={
-            "loss": np.array([1.0, 0.8, 0.7, 0.7, 0.7, 0.7]),
-            "attention_entropy": np.array([1.0, 0.9, 0.4, 0.3, 0.3, 0.04]),
-            "attention_on_top": np.array([[0.9, 0.9]] * 4 + [[0.9, 0.4]] * 2),
-            "sv_W_E": np.array([[1.0, 0.5]] * 3 + [[1.0, 0.05]] * 2 + [[1.0, 0.2]]),
-        },
+def test_paper_stages_are_the_detectors_cycle_one_closed_stages():
+    """The stage times are gflow.detect_stages' cycle 1 (condensation's end, the
+    others' starts), each only when closed; a stage still open at the run's end
+    is listed as provisional, not timed; saves after the first non-finite value
+    (a diverged member) are not read; the information gate reads loss - H(pi)."""
+    from tests.test_stages import DT, H_PI, PI, _exact_trajectory
+
+    chain = types.SimpleNamespace(pi=PI, unigram_loss=H_PI)
+    traj, edges = _exact_trajectory()
+    st = fvo.paper_stages(traj, chain)
+    assert (
+        edges[("condensation", 1)][1]
+        <= st["condensation"]
+        < edges[("condensation", 1)][1] + DT
     )
-    st = fvo.simple_stages(traj, unigram_loss=0.69)
-    assert (st["condensation"], st["focus"], st["dilution"]) == (2.0, 2.0, 4.0)
-    # σ₂/σ₁ > 0.1 only counts after dilution (t = 4): the lifting is at t = 5
-    assert st["asymmetry"] == 5.0 and st["collapse"] == 5.0
-    assert not fvo.keeps_stages(st)
+    for name, stage in (("focus", "focus"), ("dilution", "dilution")):
+        start = edges[(stage, 1)][0]
+        assert start <= st[name] < start + DT, (name, st[name], start)
+    lift = edges[("asymmetry_lifting", 1)][0]
+    assert lift <= st["asymmetry"] < lift + DT
+    assert st["provisional"] == [] and st["focus_key"] == "top"
+    assert fvo.keeps_stages(st | {"collapse": None})
+    # cut before the lifting closes: timed stages stay, the rest is provisional
+    n = int(np.searchsorted(traj.t, 400.0))
+    cut = types.SimpleNamespace(
+        t=traj.t[:n], metrics={k: v[:n] for k, v in traj.metrics.items()}
+    )
+    short = fvo.paper_stages(cut, chain)
+    assert short["condensation"] == st["condensation"]
+    assert short["asymmetry"] is None and "asymmetry" in short["provisional"]
+    for name in fvo.STAGES:  # a stage is timed (as on the long run) or provisional
+        assert (short[name] == st[name]) != (name in short["provisional"]), name
+    assert not fvo.keeps_stages(short)
+    # a NaN after the cut is not read
+    m = {k: np.array(v, float) for k, v in cut.metrics.items()}
+    m = {
+        k: np.concatenate([v, np.full((1, *v.shape[1:]), np.nan)]) for k, v in m.items()
+    }
+    bad = types.SimpleNamespace(t=np.append(cut.t, cut.t[-1] + DT), metrics=m)
+    assert fvo.paper_stages(bad, chain) == short
+    # no information (loss at the unigram loss): no paper focus
+    flat = dict(traj.metrics, loss=np.full(traj.t.size, H_PI))
+    quiet = fvo.paper_stages(types.SimpleNamespace(t=traj.t, metrics=flat), chain)
+    assert quiet["focus"] is None and quiet["dilution"] is None
 
 
 def _seed(focus, collapse=None):
