@@ -93,7 +93,9 @@ def paper_stages(traj, chain) -> dict:
     m["unigram_gap"] = m["loss"] - chain.unigram_loss
     ok = np.all(np.isfinite(m["attention"].reshape(t.size, -1)), axis=1)
     ok &= np.isfinite(m["loss"]) & np.all(np.isfinite(m["sv_W_E"]), axis=1)
-    n = t.size if ok.all() else int(np.argmin(ok))  # up to the first non-finite save
+    # a diverged member's clock stops: its repeated times are not read either
+    ok &= np.concatenate([[True], np.diff(t) > 0])
+    n = t.size if ok.all() else int(np.argmin(ok))  # up to the first bad save
     found = detect_stages(
         Trajectory(t=t[:n], metrics={k: v[:n] for k, v in m.items()}, final=None),
         pi=np.asarray(chain.pi),

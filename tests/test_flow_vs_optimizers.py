@@ -50,6 +50,12 @@ def test_paper_stages_are_the_detectors_cycle_one_closed_stages():
     }
     bad = types.SimpleNamespace(t=np.append(cut.t, cut.t[-1] + DT), metrics=m)
     assert fvo.paper_stages(bad, chain) == short
+    # nor saves whose clock has stopped (a diverged member's)
+    stuck = types.SimpleNamespace(
+        t=np.append(cut.t, cut.t[-1]),
+        metrics={k: np.concatenate([v, v[-1:]]) for k, v in cut.metrics.items()},
+    )
+    assert fvo.paper_stages(stuck, chain) == short
     # no information (loss at the unigram loss): no paper focus
     flat = dict(traj.metrics, loss=np.full(traj.t.size, H_PI))
     quiet = fvo.paper_stages(types.SimpleNamespace(t=traj.t, metrics=flat), chain)
