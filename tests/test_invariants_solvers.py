@@ -25,6 +25,7 @@ import numpy as np
 import optimistix as optx
 import pytest
 
+from gflow.dynamics.solvers import DAMPING
 from gflow.runs import SOLVERS
 
 _Q = np.linalg.qr(np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0], [1.0, 0.0, 1.0]]))[0]
@@ -135,24 +136,23 @@ def test_each_solver_and_its_estimate_have_their_order(name):
 
 
 def test_rkc2_two_stages_are_verwers_quadrature():
-    """On y' = g(t) a step is a quadrature rule h Σ bᵢ g(cᵢ h): exact for g = t
-    (second order, any stage count), and with s = 2 stages, whose internal stage
-    sits at c₁ = 1/(4 w0) (Verwer's b₁ = b₂ = 1/(2 w0)²), the rule gives
+    """On y' = g(t) (a zero Jacobian: ρ = 0, so s = 2 stages) a step is a
+    quadrature rule h Σ bᵢ g(cᵢ h): exact for g = t (second order), and with its
+    internal stage at c₁ = 1/(4 w0) (Verwer's b₁ = b₂ = 1/(2 w0)²) it gives
     h³ c₁/2 = h³/(8 w0) for g = t², w0 = 1 + ε/4.
 
     Catches the first Chebyshev coefficient with a dropped square (b₁ = 1/(2 w0)):
     the stability polynomial, hence every linear flow and the order, is unchanged,
     but the internal stage moves to c₁ = 1/2 (h³/4 here) and the error constant
     of every nonlinear flow changes with it."""
-    from gflow.dynamics.solvers.rkc import DAMPING, rkc_stages
+    solver, h = SOLVERS.build("rkc2"), jnp.asarray(0.3)
 
-    def step(g, s, h=0.3):
+    def step(g):
         term = diffrax.ODETerm(lambda t, y, args: g(t) * jnp.ones_like(y))
-        y0 = jnp.zeros(1)
-        f0 = term.vf(0.0, y0, None)
-        return float(rkc_stages(term, 0.0, h, y0, f0, None, jnp.asarray(s))[0])
+        t0, y0 = jnp.zeros_like(h), jnp.zeros(1)
+        state = solver.init(term, t0, h, y0, None)
+        return float(solver.step(term, t0, h, y0, None, state, False)[0][0])
 
-    for s in (2.0, 5.0):
-        assert step(lambda t: t, s) == pytest.approx(0.3**2 / 2, rel=1e-12)
+    assert step(lambda t: t) == pytest.approx(0.3**2 / 2, rel=1e-12)
     w0 = 1.0 + DAMPING / 4
-    assert step(lambda t: t**2, 2.0) == pytest.approx(0.3**3 / (8 * w0), rel=1e-12)
+    assert step(lambda t: t**2) == pytest.approx(0.3**3 / (8 * w0), rel=1e-12)

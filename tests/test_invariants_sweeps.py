@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from gflow import AbstractReference
 from gflow.analysis import compare_sweep
 from gflow.dynamics import SweepRun, Trajectory
-from gflow.dynamics.references.base import AbstractReference
 
 N = 24
 A = np.linspace(0.5, 3.0, N)  # the loss's Hessian: λ_max = 3
