@@ -9,21 +9,26 @@ and asks whether the default suite notices:
 
     python -m tests.mutation.semantic [--only ID,...] [--limit N] [--jobs 2]
 
-1. The checkout's tracked files (``git ls-files``) are copied into a temporary
-   folder; the copy's own ``gflow`` is imported there (``PYTHONPATH`` points at it,
-   ahead of the editable install; checked before anything runs).
+1. The committed tree (``git archive HEAD``, read once at the start: others'
+   uncommitted edits in the checkout neither break the baseline nor leak into a
+   mutant) is unpacked into a temporary folder; the copy's own ``gflow`` is
+   imported there (``PYTHONPATH`` points at it, ahead of the editable install;
+   checked before anything runs).
 2. The unmutated default suite runs in the copy and must pass (its result is kept
    while the tracked files are unchanged), then two control mutants that must be
    caught.
 3. Each mutant is planted alone (its file rewritten in a per-worker copy, restored
    afterwards; no bytecode is written, so no stale ``.pyc`` can hide it) and runs
-   first against the test files most related to its module (``RELATED``): those
-   are part of the default suite, so a mutant they kill the default suite kills.
-   Only a survivor runs the whole default suite
-   (``python -m pytest -n 2 -q -x -p no:cacheprovider``).
+   first against the test files most related to its module (``RELATED``, with
+   the invariant files of issue 58 that read it): those are part of the default
+   suite, so a mutant they kill the default suite kills. Only a survivor runs the
+   whole default suite (``python -m pytest -n JOBS -q -x -p no:cacheprovider``:
+   ``--jobs 1`` leaves the other core to whoever else uses the machine).
 4. Each result (killed, by which test and in which phase / survived / timeout) is
    written at once to ``tests/mutation/results/semantic.json`` (gitignored), keyed
-   by the mutant and the content of its file, so a rerun skips the mutants done.
+   by the mutant and the committed content of its file, so a rerun skips the
+   mutants done; a quick survivor is tried again on its quick tests when their
+   list has grown.
 5. The score table goes into docs/testing.md between the markers
    ``<!-- semantic_mutants:start -->`` and ``<!-- semantic_mutants:end -->``;
    mutants judged equivalent are listed, with their argument, in ``EQUIVALENT``.
@@ -37,7 +42,6 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,37 +56,51 @@ RESULTS = Path(__file__).with_name("results") / "semantic.json"
 DOC = ROOT / "docs" / "testing.md"
 START, END = "<!-- semantic_mutants:start -->", "<!-- semantic_mutants:end -->"
 COMMAND = "python -m tests.mutation.semantic"
-FULL = ["-m", "pytest", "-n", "2", "-q", "-x", "-p", "no:cacheprovider"]
+FULL = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]  # + -n JOBS
 QUICK = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
 
 #: The test files most related to each mutated module: the quick kill.
+_CAUSAL = "test_invariants.py"  # causality, the clock, block identity
+_KEYS = "test_invariants_keys.py"  # cache keys, minibatch pieces, checkpoints
+_SOLVERS = "test_invariants_solvers.py"  # every solver's order and estimate
+_SWEEPS = "test_invariants_sweeps.py"  # a sweep against a constructed reference
+
 RELATED = {
-    "gflow/problems/transformer.py": ["test_transformer.py"],
-    "gflow/problems/model.py": ["test_model.py", "test_losses.py"],
-    "gflow/problems/losses.py": ["test_losses.py", "test_cross_entropy.py"],
+    "gflow/problems/transformer.py": ["test_transformer.py", _CAUSAL],
+    "gflow/problems/model.py": ["test_model.py", "test_losses.py", _CAUSAL],
+    "gflow/problems/losses.py": ["test_losses.py", "test_cross_entropy.py", _CAUSAL],
     "gflow/problems/markov.py": ["test_data.py", "test_losses.py"],
-    "gflow/dynamics/flow.py": ["test_flow.py"],
-    "gflow/dynamics/optimizer_run.py": ["test_optim.py"],
-    "gflow/dynamics/optimizer_step.py": ["test_optim.py"],
-    "gflow/dynamics/minibatch.py": ["test_minibatch.py"],
-    "gflow/dynamics/schedules.py": ["test_schedules.py", "test_optim.py"],
-    "gflow/dynamics/solvers/rkc.py": ["test_solvers.py", "test_stabilised.py"],
-    "gflow/dynamics/solvers/rock4.py": ["test_stabilised.py"],
-    "gflow/dynamics/solvers/exprb.py": ["test_stabilised.py"],
-    "gflow/dynamics/solvers/split.py": ["test_split_rkc.py", "test_stabilised.py"],
+    "gflow/dynamics/flow.py": ["test_flow.py", _CAUSAL],
+    "gflow/dynamics/optimizer_run.py": ["test_optim.py", _CAUSAL],
+    "gflow/dynamics/optimizer_step.py": ["test_optim.py", _KEYS],
+    "gflow/dynamics/minibatch.py": ["test_minibatch.py", _KEYS],
+    "gflow/dynamics/schedules.py": ["test_schedules.py", "test_optim.py", _CAUSAL],
+    "gflow/dynamics/solvers/rkc.py": [
+        "test_solvers.py",
+        "test_stabilised.py",
+        _SOLVERS,
+    ],
+    "gflow/dynamics/solvers/rock4.py": ["test_stabilised.py", _SOLVERS],
+    "gflow/dynamics/solvers/exprb.py": ["test_stabilised.py", _SOLVERS],
+    "gflow/dynamics/solvers/split.py": [
+        "test_split_rkc.py",
+        "test_stabilised.py",
+        _SOLVERS,
+    ],
     "gflow/dynamics/solvers/stall.py": ["test_flow_diagnostics.py"],
     "gflow/analysis/stages.py": ["test_stages.py"],
     "gflow/analysis/head_stages.py": ["test_head_observables.py"],
     "gflow/analysis/online_stages.py": ["test_online_stages.py"],
     "gflow/analysis/key_classes.py": ["test_key_classes.py"],
-    "gflow/analysis/compare.py": ["test_compare.py"],
-    "gflow/analysis/sweep_compare.py": ["test_optimizer_odes.py"],
+    "gflow/analysis/compare.py": ["test_compare.py", _CAUSAL, _SWEEPS],
+    "gflow/analysis/sweep_compare.py": ["test_optimizer_odes.py", _SWEEPS],
     "gflow/analysis/sharpness.py": [
         "test_compare.py",
         "test_preconditioned_sharpness.py",
+        _SWEEPS,
     ],
-    "gflow/runs/checkpoint.py": ["test_checkpoint.py"],
-    "gflow/runs/program_cache.py": ["test_program_cache.py"],
+    "gflow/runs/checkpoint.py": ["test_checkpoint.py", _KEYS],
+    "gflow/runs/program_cache.py": ["test_program_cache.py", _KEYS],
     "gflow/monitor/reduce.py": ["test_monitor_core.py"],
     "gflow/monitor/signals.py": ["test_monitor_core.py"],
     "gflow/text/windows.py": ["test_text_data.py", "test_token_ids.py"],
@@ -119,6 +137,8 @@ EQUIVALENT: dict[str, str] = {
 }
 
 QUICK_TIMEOUT, FULL_TIMEOUT = 900, 1800
+#: pytest-xdist workers of the whole default suite (``--jobs``)
+WORKERS = 2
 _lock = threading.Lock()
 
 
@@ -145,10 +165,31 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()[:16]
 
 
+#: The commit every copy, key and baseline of this invocation reads (``main`` sets
+#: it once; None: the checkout's HEAD now).
+COMMIT: str | None = None
+
+
+def _git(*args: str) -> bytes:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+
+
+def head() -> str:
+    return COMMIT or _git("rev-parse", "HEAD").decode().strip()
+
+
+def committed_text(file: str) -> str:
+    """``file`` as committed (at ``head()``)."""
+    return _git("show", f"{head()}:{file}").decode()
+
+
 def mutant_key(mutant: dict) -> str:
-    """What a stored result holds for: the mutant and its file's current text."""
-    text = (ROOT / mutant["file"]).read_text()
-    return _digest(mutant["original"], mutant["replacement"], text)
+    """What a stored result holds for: the mutant and its file's committed text."""
+    return _digest(
+        mutant["original"], mutant["replacement"], committed_text(mutant["file"])
+    )
 
 
 #: Tracked files whose edits leave the baseline's result valid: this harness, its
@@ -162,18 +203,12 @@ _NOT_IN_TREE_KEY = (
 
 
 def tree_key() -> str:
-    """The tracked files' content (what the baseline's result holds for)."""
-    files = subprocess.run(
-        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
+    """The committed files' content (what the baseline's result holds for)."""
     h = hashlib.sha256()
-    for f in sorted(files):
-        if f.startswith(_NOT_IN_TREE_KEY):
-            continue
-        p = ROOT / f
-        if p.is_file():
-            h.update(f.encode())
-            h.update(p.read_bytes())
+    for line in _git("ls-tree", "-r", head()).decode().splitlines():
+        meta, path = line.split("\t", 1)
+        if not path.startswith(_NOT_IN_TREE_KEY):
+            h.update(f"{path} {meta.split()[2]}\n".encode())  # path and blob id
     return h.hexdigest()[:16]
 
 
@@ -196,18 +231,10 @@ def save_results(results: dict) -> None:
 
 
 def make_copy(dest: Path) -> Path:
-    files = (
-        subprocess.run(
-            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
-        )
-        .stdout.decode()
-        .split("\0")
-    )
-    for f in files:
-        src = ROOT / f
-        if f and src.is_file():
-            (dest / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / f)
+    """The committed tree (at ``head()``) unpacked into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = _git("archive", "--format=tar", head())
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest
 
 
@@ -273,7 +300,7 @@ def try_mutant(copy: Path, mutant: dict, *, full: bool) -> dict:
     path.write_text(plant(original, mutant))
     try:
         if full:
-            r = run_pytest(copy, FULL, FULL_TIMEOUT)
+            r = run_pytest(copy, FULL + ["-n", str(WORKERS)], FULL_TIMEOUT)
         else:
             tests = [f"tests/{t}" for t in RELATED.get(mutant["file"], [])]
             if not tests:
@@ -282,6 +309,8 @@ def try_mutant(copy: Path, mutant: dict, *, full: bool) -> dict:
     finally:
         path.write_text(original)
     r["phase"] = "full" if full else "quick"
+    if not full:
+        r["tests"] = RELATED.get(mutant["file"], [])
     return r
 
 
@@ -297,10 +326,12 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="quick checks in parallel")
     ap.add_argument("--table-only", action="store_true", help="only rewrite the table")
     args = ap.parse_args(argv)
+    global COMMIT, WORKERS
+    COMMIT, WORKERS = head(), max(1, args.jobs)
 
     mutants = load_mutants()
-    for m in mutants:  # the list is valid for this checkout
-        plant((ROOT / m["file"]).read_text(), m)
+    for m in mutants:  # the list is valid for the committed tree
+        plant(committed_text(m["file"]), m)
     results = load_results()
     if args.table_only:
         write_table(mutants, results)
@@ -330,6 +361,7 @@ def main(argv=None) -> int:
             "load_before": [round(x, 2) for x in os.getloadavg()],
             "load_after": None,
             "argv": sys.argv[1:] if argv is None else list(argv),
+            "commit": COMMIT,
             "t0": time.time(),
         }
     )
@@ -340,7 +372,8 @@ def main(argv=None) -> int:
         base = results.get("baseline")
         if not base or base.get("tree") != key or base.get("outcome") != "passed":
             print("baseline: the default suite, unmutated ...", flush=True)
-            base = run_pytest(copies[0], FULL, FULL_TIMEOUT) | {"tree": key}
+            base = run_pytest(copies[0], FULL + ["-n", str(WORKERS)], FULL_TIMEOUT)
+            base |= {"tree": key}
             results["baseline"] = base
             save_results(results)
             print(f"baseline: {base}", flush=True)
@@ -373,6 +406,7 @@ def main(argv=None) -> int:
                     prev
                     and prev.get("key") == mutant_key(m)
                     and prev.get("phase") == "quick"
+                    and prev.get("tests") == RELATED.get(m["file"], [])
                 ):
                     r = prev  # an earlier run's quick survivor: on to the suite
                 else:
@@ -391,7 +425,7 @@ def main(argv=None) -> int:
 
         with ThreadPoolExecutor(max_workers=len(copies)) as pool:
             survivors = [m for m, r in pool.map(quick, todo) if "verdict" not in r]
-        for m in survivors:  # the whole suite, one at a time on both cores
+        for m in survivors:  # the whole suite, one at a time on WORKERS cores
             r = try_mutant(copies[0], m, full=True)
             r |= {"key": mutant_key(m), "verdict": verdict(r)}
             results["mutants"][m["id"]] = r
