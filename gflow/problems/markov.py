@@ -125,16 +125,23 @@ class MarkovChain(eqx.Module):
             raise ValueError(f"batch and length must be >= 1, got {batch}, {length}")
         log_P = jnp.log(jnp.asarray(self.P, dtype=jnp.float32))
         log_pi = jnp.log(jnp.asarray(self.pi, dtype=jnp.float32))
-        k0, k1 = jax.random.split(key)
-        x0 = jax.random.categorical(k0, log_pi, shape=(batch,))
+        return _sample(log_P, log_pi, key, batch, length)
 
-        def step(x, k):
-            nxt = jax.random.categorical(k, log_P[x])
-            return nxt, nxt
 
-        keys = jax.random.split(k1, length - 1)
-        _, rest = jax.lax.scan(step, x0, keys)  # [length-1, batch]
-        return jnp.concatenate([x0[:, None], rest.T], axis=1).astype(jnp.int32)
+@eqx.filter_jit
+def _sample(log_P, log_pi, key, batch: int, length: int):
+    """The chain's sampler, compiled once per shape (called eagerly, a scan over a
+    new closure was traced and compiled again at every call)."""
+    k0, k1 = jax.random.split(key)
+    x0 = jax.random.categorical(k0, log_pi, shape=(batch,))
+
+    def step(x, k):
+        nxt = jax.random.categorical(k, log_P[x])
+        return nxt, nxt
+
+    keys = jax.random.split(k1, length - 1)
+    _, rest = jax.lax.scan(step, x0, keys)  # [length-1, batch]
+    return jnp.concatenate([x0[:, None], rest.T], axis=1).astype(jnp.int32)
 
 
 class MarkovStream(eqx.Module):
