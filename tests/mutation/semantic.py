@@ -60,47 +60,50 @@ FULL = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]  # + -n JOBS
 QUICK = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
 
 #: The test files most related to each mutated module: the quick kill.
+# issue 58's invariant files, listed first where they are the quicker kill (pytest
+# stops at the first failure)
 _CAUSAL = "test_invariants.py"  # causality, the clock, block identity
+_MODELS = "test_invariants_models.py"  # the Transformer against NumPy
 _KEYS = "test_invariants_keys.py"  # cache keys, minibatch pieces, checkpoints
 _SOLVERS = "test_invariants_solvers.py"  # every solver's order and estimate
 _SWEEPS = "test_invariants_sweeps.py"  # a sweep against a constructed reference
 
 RELATED = {
-    "gflow/problems/transformer.py": ["test_transformer.py", _CAUSAL],
+    "gflow/problems/transformer.py": [_MODELS, "test_transformer.py", _CAUSAL],
     "gflow/problems/model.py": ["test_model.py", "test_losses.py", _CAUSAL],
     "gflow/problems/losses.py": ["test_losses.py", "test_cross_entropy.py", _CAUSAL],
     "gflow/problems/markov.py": ["test_data.py", "test_losses.py"],
     "gflow/dynamics/flow.py": ["test_flow.py", _CAUSAL],
     "gflow/dynamics/optimizer_run.py": ["test_optim.py", _CAUSAL],
-    "gflow/dynamics/optimizer_step.py": ["test_optim.py", _KEYS],
-    "gflow/dynamics/minibatch.py": ["test_minibatch.py", _KEYS],
+    "gflow/dynamics/optimizer_step.py": [_KEYS, "test_optim.py"],
+    "gflow/dynamics/minibatch.py": [_KEYS, "test_minibatch.py"],
     "gflow/dynamics/schedules.py": ["test_schedules.py", "test_optim.py", _CAUSAL],
     "gflow/dynamics/solvers/rkc.py": [
+        _SOLVERS,
         "test_solvers.py",
         "test_stabilised.py",
-        _SOLVERS,
     ],
-    "gflow/dynamics/solvers/rock4.py": ["test_stabilised.py", _SOLVERS],
-    "gflow/dynamics/solvers/exprb.py": ["test_stabilised.py", _SOLVERS],
+    "gflow/dynamics/solvers/rock4.py": [_SOLVERS, "test_stabilised.py"],
+    "gflow/dynamics/solvers/exprb.py": [_SOLVERS, "test_stabilised.py"],
     "gflow/dynamics/solvers/split.py": [
+        _SOLVERS,
         "test_split_rkc.py",
         "test_stabilised.py",
-        _SOLVERS,
     ],
     "gflow/dynamics/solvers/stall.py": ["test_flow_diagnostics.py"],
     "gflow/analysis/stages.py": ["test_stages.py"],
     "gflow/analysis/head_stages.py": ["test_head_observables.py"],
     "gflow/analysis/online_stages.py": ["test_online_stages.py"],
     "gflow/analysis/key_classes.py": ["test_key_classes.py"],
-    "gflow/analysis/compare.py": ["test_compare.py", _CAUSAL, _SWEEPS],
-    "gflow/analysis/sweep_compare.py": ["test_optimizer_odes.py", _SWEEPS],
+    "gflow/analysis/compare.py": [_SWEEPS, "test_compare.py"],
+    "gflow/analysis/sweep_compare.py": [_SWEEPS, "test_optimizer_odes.py"],
     "gflow/analysis/sharpness.py": [
+        _SWEEPS,
         "test_compare.py",
         "test_preconditioned_sharpness.py",
-        _SWEEPS,
     ],
-    "gflow/runs/checkpoint.py": ["test_checkpoint.py", _KEYS],
-    "gflow/runs/program_cache.py": ["test_program_cache.py", _KEYS],
+    "gflow/runs/checkpoint.py": [_KEYS, "test_checkpoint.py"],
+    "gflow/runs/program_cache.py": [_KEYS, "test_program_cache.py"],
     "gflow/monitor/reduce.py": ["test_monitor_core.py"],
     "gflow/monitor/signals.py": ["test_monitor_core.py"],
     "gflow/text/windows.py": ["test_text_data.py", "test_token_ids.py"],
