@@ -31,7 +31,7 @@ import pytest
 
 import gflow
 from gflow.dynamics import minibatch_segment, run_minibatch
-from gflow.runs import ConfigError, PieceStore, ProgramCache, fingerprint
+from gflow.runs import ConfigError, PieceStore, ProgramCache, fingerprint, run_pieces
 
 #: the key's module, to stand in for its versions and source digest
 program_cache_module = sys.modules[ProgramCache.__module__]
@@ -249,3 +249,58 @@ def test_a_piece_with_a_column_swapped_or_renamed_fails_its_checksum(tmp_path):
 def _no_leaked_flags():
     yield
     assert jax.config.jax_enable_x64
+
+
+def _pieces(tmp_path, times, *, statuses=None, expect=None, window=None):
+    """``run_pieces`` over pieces whose t columns are ``times``; the pieces run."""
+    store = PieceStore(tmp_path, "seg", "fp")
+    ran = []
+
+    def compute(i, previous):
+        ran.append(i)
+        columns = {"t": np.asarray(times[i], float), "eta": np.full(2, 0.1 * (i + 1))}
+        if statuses is not None:
+            columns["status"] = np.asarray(statuses[i])
+        return columns
+
+    out = run_pieces(store, len(times), compute, expect=expect, window=window)
+    return store, out, ran
+
+
+def test_resumed_pieces_are_checked_against_their_run(tmp_path):
+    """A run cut into pieces resumes only from pieces that belong to it: each
+    piece must start after the one before ends (a piece starting at that very
+    time is refused), lie in its window at both ends, and hold the arrays the run
+    expects by value; a piece that ends the run (diverged) is saved like the
+    others, so a resumed run reads it instead of running it again.
+
+    Catches a time order that accepts a piece starting where the last one ended
+    (> read as >=), a window checked at the piece's first time only, expected
+    arrays checked by name only, and a diverged last piece left unsaved."""
+    windows = {0: (0.0, 1.0), 1: (1.0, 2.0)}
+    store, out, ran = _pieces(tmp_path / "a", [[0.0, 1.0], [1.5, 2.0]])
+    assert ran == [0, 1] and len(out) == 2
+    _, out, ran = _pieces(tmp_path / "a", [[0.0, 1.0], [1.5, 2.0]], window=windows.get)
+    assert ran == [] and len(out) == 2  # read back, not run
+    # a piece written over piece 1 that starts where piece 0 ends
+    store.save(1, {"t": np.array([1.0, 2.0]), "eta": np.full(2, 0.2)})
+    with pytest.raises(ConfigError, match="breaks the run's time order"):
+        _pieces(tmp_path / "a", [[0.0, 1.0], [1.5, 2.0]])
+    # ... and one that starts in its window but ends past it
+    store.save(1, {"t": np.array([1.5, 2.5]), "eta": np.full(2, 0.2)})
+    with pytest.raises(ConfigError, match="outside piece 1's"):
+        _pieces(tmp_path / "a", [[0.0, 1.0], [1.5, 2.0]], window=windows.get)
+    # expected arrays are compared by value
+    store.save(1, {"t": np.array([1.5, 2.0]), "eta": np.full(2, 0.2)})
+    with pytest.raises(ConfigError, match="different configuration"):
+        _pieces(
+            tmp_path / "a",
+            [[0.0, 1.0], [1.5, 2.0]],
+            expect=lambda i: {"eta": np.full(2, 0.1 * (i + 1) + (i == 1))},
+        )
+    # a diverged piece ends the run and is saved: the rerun reads it
+    times, statuses = [[0.0, 1.0], [1.5, 2.0], [2.5, 3.0]], ["success", "diverged"]
+    _, out, ran = _pieces(tmp_path / "b", times, statuses=statuses + ["success"])
+    assert ran == [0, 1] and len(out) == 2
+    _, out, ran = _pieces(tmp_path / "b", times, statuses=statuses + ["success"])
+    assert ran == [] and str(out[-1]["status"]) == "diverged"

@@ -27,8 +27,8 @@ and asks whether the default suite notices:
 4. Each result (killed, by which test and in which phase / survived / timeout) is
    written at once to ``tests/mutation/results/semantic.json`` (gitignored), keyed
    by the mutant and the committed content of its file, so a rerun skips the
-   mutants done; a quick survivor is tried again on its quick tests when their
-   list has grown.
+   mutants done; a quick survivor is tried again when its quick test files
+   change, a survivor of the whole suite when the committed tree does.
 5. The score table goes into docs/testing.md between the markers
    ``<!-- semantic_mutants:start -->`` and ``<!-- semantic_mutants:end -->``;
    mutants judged equivalent are listed, with their argument, in ``EQUIVALENT``.
@@ -188,6 +188,13 @@ def committed_text(file: str) -> str:
     return _git("show", f"{head()}:{file}").decode()
 
 
+def quick_tests_key(mutant: dict) -> str:
+    """The mutant's quick test files and their committed text: a quick survivor is
+    tried on them again when they change."""
+    names = RELATED.get(mutant["file"], [])
+    return _digest(*names, *(committed_text(f"tests/{n}") for n in names))
+
+
 def mutant_key(mutant: dict) -> str:
     """What a stored result holds for: the mutant and its file's committed text."""
     return _digest(
@@ -313,7 +320,7 @@ def try_mutant(copy: Path, mutant: dict, *, full: bool) -> dict:
         path.write_text(original)
     r["phase"] = "full" if full else "quick"
     if not full:
-        r["tests"] = RELATED.get(mutant["file"], [])
+        r["tests"] = quick_tests_key(mutant)
     return r
 
 
@@ -349,7 +356,10 @@ def main(argv=None) -> int:
 
     def done(m):
         r = results["mutants"].get(m["id"])
-        return r is not None and r.get("key") == mutant_key(m) and "verdict" in r
+        if r is None or r.get("key") != mutant_key(m) or "verdict" not in r:
+            return False
+        # a survivor is tried again once the suite it survived has changed
+        return r["verdict"] != "survived" or r.get("tree") == tree_key()
 
     todo = [m for m in chosen if not done(m)]
     if args.limit is not None:
@@ -409,7 +419,7 @@ def main(argv=None) -> int:
                     prev
                     and prev.get("key") == mutant_key(m)
                     and prev.get("phase") == "quick"
-                    and prev.get("tests") == RELATED.get(m["file"], [])
+                    and prev.get("tests") == quick_tests_key(m)
                 ):
                     r = prev  # an earlier run's quick survivor: on to the suite
                 else:
@@ -430,7 +440,7 @@ def main(argv=None) -> int:
             survivors = [m for m, r in pool.map(quick, todo) if "verdict" not in r]
         for m in survivors:  # the whole suite, one at a time on WORKERS cores
             r = try_mutant(copies[0], m, full=True)
-            r |= {"key": mutant_key(m), "verdict": verdict(r)}
+            r |= {"key": mutant_key(m), "verdict": verdict(r), "tree": key}
             results["mutants"][m["id"]] = r
             save_results(results)
             print(f"{m['id']}: full {r}", flush=True)
