@@ -25,7 +25,7 @@ import numpy as np
 import optimistix as optx
 import pytest
 
-from gflow.dynamics.solvers import DAMPING
+from gflow.dynamics.solvers import DAMPING, MAX_STAGES
 from gflow.runs import SOLVERS
 
 _Q = np.linalg.qr(np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0], [1.0, 0.0, 1.0]]))[0]
@@ -156,3 +156,27 @@ def test_rkc2_two_stages_are_verwers_quadrature():
     assert step(lambda t: t) == pytest.approx(0.3**2 / 2, rel=1e-12)
     w0 = 1.0 + DAMPING / 4
     assert step(lambda t: t**2) == pytest.approx(0.3**3 / (8 * w0), rel=1e-12)
+
+
+def test_rock4_takes_its_largest_tabulated_step_and_refuses_the_next():
+    """A step whose h·safety·ρ needs exactly MAX_STAGES stages (h ρ = 8100 with
+    safety 1: 152) runs them and is accurate; one that needs 153 (h ρ = 8200) is
+    refused for free (infinite estimate, y unchanged).
+
+    Catches the refusal read as >= (the largest tabulated degree refused)."""
+    solver = eqx.tree_at(lambda s: s.safety, SOLVERS.build("rock4"), 1.0)
+    y0 = jnp.asarray(Y_LIN)
+    state = solver.init(LINEAR, 0.0, 0.1, y0, None)
+
+    @eqx.filter_jit
+    def advance(rho):
+        tracked = eqx.tree_at(lambda s: s.rho, state, rho)
+        return solver.advance(LINEAR, 0.0, 0.1, y0, None, tracked)
+
+    y1, err, _, new, _ = advance(jnp.asarray(81000.0))
+    assert int(new.max_stages) == MAX_STAGES == 152
+    np.testing.assert_allclose(y1, _exact("linear", 0.1), rtol=1e-5)  # 4th order
+    assert np.all(np.isfinite(np.asarray(err)))
+    y1, err, _, new, _ = advance(jnp.asarray(82000.0))
+    assert np.all(np.isinf(np.asarray(err))) and int(new.max_stages) == 0
+    np.testing.assert_array_equal(y1, y0)

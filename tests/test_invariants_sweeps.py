@@ -28,8 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import gflow
 from gflow import AbstractReference
-from gflow.analysis import compare_sweep
+from gflow.analysis import compare, compare_sweep
 from gflow.dynamics import SweepRun, Trajectory
 
 N = 24
@@ -153,3 +154,36 @@ def test_richardson_takes_the_two_smallest_steps_of_the_fit(result):
     w = 1.0 / (2.0**P - 1.0)
     exact = abs(C * LRS[4] ** (2 * P) * (1 + w) - w * C * LRS[3] ** P)
     assert out["error"] == pytest.approx(exact, rel=1e-9)
+
+
+def test_attention_drift_is_the_total_variation_of_the_population_attention():
+    """``compare(..., pi=pi)``'s attention drift at each save and query is
+    ½ Σ_k |A_a(q, k) − A_b(q, k)| of the two runs' population attention: zero
+    against itself, at most 1, and the hand formula between two models.
+
+    Catches the ½ of the total variation dropped (the drift then reaches 2)."""
+    pi = np.array([0.5, 0.3, 0.2])
+    models = [
+        gflow.AttentionModel.init(
+            d_vocab=3, d_model=3, init_scale=2.0, key=jax.random.key(s)
+        )
+        for s in (0, 1)
+    ]
+
+    def scaled(model, c):
+        return jax.tree.map(lambda x: c * x, model)
+
+    def run(model):
+        snaps = jax.tree.map(lambda x, y: jnp.stack([x, y]), model, scaled(model, 2))
+        t, loss = np.array([0.0, 1.0]), np.zeros(2)
+        return Trajectory(t=t, metrics={"loss": loss}, final=model, params=snaps)
+
+    a, b = run(models[0]), run(models[1])
+    assert np.all(compare(a, a, pi=pi)["attention_tv"] == 0.0)
+    drift = compare(a, b, pi=pi)["attention_tv"]  # [2 saves, 3 queries]
+    for i, c in enumerate((1.0, 2.0)):
+        pa, pb = (
+            np.asarray(gflow.population_attention(scaled(m, c), pi)) for m in models
+        )
+        np.testing.assert_allclose(drift[i], 0.5 * np.abs(pa - pb).sum(-1), rtol=1e-12)
+    assert np.all(drift <= 1.0) and drift.max() > 0.3
