@@ -326,6 +326,30 @@ def test_the_flow_is_autonomous(flows):
         )
 
 
+def test_default_saves_start_at_t0_and_a_short_budget_says_max_steps():
+    """Without ``ts`` the saves are evenly spaced from t0 (not from 0) to t1; a
+    solve stopped by ``max_steps`` reports ``max_steps`` (not ``failed``).
+
+    Catches the default save times computed from 0, and the status names of the
+    result codes swapped."""
+    default = gflow.solve_flow(
+        Quadratic(A), W0, t0=0.7, t1=2.0, solver=diffrax.Tsit5(), progress=False
+    )
+    assert default.ok and default.t[0] == 0.7 and default.t[-1] == 2.0
+    np.testing.assert_allclose(np.diff(default.t), np.diff(default.t)[0], rtol=1e-12)
+    short = gflow.solve_flow(
+        Quadratic(A),
+        W0,
+        t0=0.7,
+        t1=2.0,
+        solver=diffrax.Tsit5(),
+        max_steps=1,
+        progress=False,
+        ts=np.array([0.7, 2.0]),
+    )
+    assert short.status == "max_steps" and not short.ok
+
+
 SCHEDULE = optax.warmup_cosine_decay_schedule(
     0.05, 0.4, warmup_steps=3, decay_steps=10, end_value=0.05
 )

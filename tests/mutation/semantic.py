@@ -131,6 +131,11 @@ CONTROLS = [
 
 #: Mutants judged equivalent (id -> the argument); they leave the score's total.
 EQUIVALENT: dict[str, str] = {
+    "flow-final-index": (
+        "`final` is the solve's `SubSaveAt(t1=True)` output, whose leading axis"
+        " has exactly one entry (the state at t1), so `final[0]` and `final[-1]`"
+        " are the same array"
+    ),
     "losses-blocked-threshold": (
         "dense=True and dense=False only choose between the d×d and the gathered"
         " form of the same loss (`_use_dense` has no other caller), so swapping"
