@@ -350,6 +350,36 @@ def test_default_saves_start_at_t0_and_a_short_budget_says_max_steps():
     assert short.status == "max_steps" and not short.ok
 
 
+def test_a_run_that_blows_up_at_its_first_step_stops_there():
+    """One step of η = 1e9 on L = ½ Σ a w² throws |w| past the blow-up bound 1e8:
+    the run diverged at step 0, its clock stops there (t = 0 at every later save),
+    every save after the first is NaN, and its 400 steps make the default
+    ⌊400/200⌋ = 2 steps between saves (201 saves). The gradient evaluations it
+    reports are those the loss counted: one a step and two a save (the loss and
+    its gradient's norm).
+
+    Catches the blow-up read on the parameters before the step (step 1, a step
+    late), saves after a divergence at step 0 left finite (> for >=), the default
+    spacing from ⌊steps/201⌋, and each save's gradient counted once."""
+    calls = []
+
+    class Counted(Quadratic):
+        def __call__(self, model):
+            jax.debug.callback(lambda: calls.append(1))
+            return super().__call__(model)
+
+    run = gflow.run_optimizer(
+        Counted(A), W0, optax.sgd(1e9), steps=400, learning_rate=1e9
+    )
+    jax.effects_barrier()
+    assert run.status == "diverged" and run.stats["diverged_step"] == 0
+    assert run.stats["save_every"] == 2 and len(run.t) == 201
+    np.testing.assert_array_equal(run.t, 0.0)
+    assert np.isfinite(run.metrics["loss"][0])
+    assert np.all(np.isnan(run.metrics["loss"][1:]))
+    assert run.stats["grad_evals"] == len(calls) == 400 + 2 * 201
+
+
 SCHEDULE = optax.warmup_cosine_decay_schedule(
     0.05, 0.4, warmup_steps=3, decay_steps=10, end_value=0.05
 )

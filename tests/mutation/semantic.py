@@ -75,7 +75,7 @@ RELATED = {
     "gflow/problems/markov.py": ["test_data.py", "test_losses.py"],
     "gflow/dynamics/flow.py": ["test_flow.py", _CAUSAL],
     "gflow/dynamics/optimizer_run.py": ["test_optim.py", _CAUSAL],
-    "gflow/dynamics/optimizer_step.py": [_KEYS, "test_optim.py"],
+    "gflow/dynamics/optimizer_step.py": [_KEYS, "test_optim.py", _CAUSAL],
     "gflow/dynamics/minibatch.py": [_KEYS, "test_minibatch.py"],
     "gflow/dynamics/schedules.py": ["test_schedules.py", "test_optim.py", _CAUSAL],
     "gflow/dynamics/solvers/rkc.py": [
