@@ -482,3 +482,18 @@ def test_moving_one_leaf_of_a_transformer_moves_only_its_distance():
     for i in range(len(leaves)):
         np.testing.assert_allclose(dist[f"leaf{i}"], want[i], rtol=1e-12, atol=0)
     np.testing.assert_allclose(dist["total"], want.sum(0), rtol=1e-12, atol=0)
+
+
+def test_a_traced_batch_with_an_id_outside_the_vocabulary_has_a_nan_loss():
+    """Under jit (no concrete ids to check) the sequence loss of a batch holding the
+    id d_vocab, or −1, is NaN; the largest valid id d_vocab − 1 keeps it finite.
+    (JAX clamps an out-of-range index: without the guard the loss would be a
+    plausible number.)
+
+    Catches the guard's bound read as <= d_vocab."""
+    model = MODELS["attention"]()
+    loss = jax.jit(lambda tokens: gflow.sequence_loss(model, tokens))
+    good = jnp.array([[0, 1, 2, D_VOCAB - 1]])
+    assert np.isfinite(loss(good))
+    for bad in (D_VOCAB, -1):
+        assert np.isnan(loss(good.at[0, 2].set(bad))), bad
