@@ -67,6 +67,7 @@ _MODELS = "test_invariants_models.py"  # the Transformer against NumPy
 _KEYS = "test_invariants_keys.py"  # cache keys, minibatch pieces, checkpoints
 _SOLVERS = "test_invariants_solvers.py"  # every solver's order and estimate
 _SWEEPS = "test_invariants_sweeps.py"  # a sweep against a constructed reference
+_TEXT = "test_invariants_text.py"  # the full-batch loop against closed forms
 
 RELATED = {
     "gflow/problems/transformer.py": [_MODELS, "test_transformer.py", _CAUSAL],
@@ -108,7 +109,11 @@ RELATED = {
     "gflow/monitor/signals.py": ["test_monitor_core.py"],
     "gflow/text/windows.py": ["test_text_data.py", "test_token_ids.py"],
     "gflow/text/counts.py": ["test_text_model.py"],
-    "gflow/text/fullbatch.py": ["test_text_model.py", "test_text_optimizers.py"],
+    "gflow/text/fullbatch.py": [
+        _TEXT,
+        "test_text_model.py",
+        "test_text_optimizers.py",
+    ],
 }
 
 #: Two mutants every run must see caught (the harness itself is checked).
