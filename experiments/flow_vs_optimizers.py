@@ -62,8 +62,10 @@ START, END = "<!-- optimizer_stages:start -->", "<!-- optimizer_stages:end -->"
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    t1: float = 300.0
-    num_saves: int = 301
+    # cycle 1 closes only once σ₃(W_E) has begun to grow (t ≈ 734 on the flow):
+    # a shorter run leaves its dilution and lifting provisional
+    t1: float = 1000.0
+    num_saves: int = 1001
     sgd_lrs: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0, 3.0, 4.0)
     momentum_lrs: tuple[float, ...] = (0.01, 0.05, 0.1, 0.2, 0.3, 0.4)
     adam_lrs: tuple[float, ...] = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3)
