@@ -6,7 +6,8 @@ On a flat loss Adam's direction is 0/(√0 + ε) = 0, so AdamW moves the paramet
 by its decoupled weight decay alone: p_k = (1 − ηλ)^k p_0 at every save. With a
 steep loss and a huge step the first step blows the parameters up: the run
 diverges at step 0 and its clock stops there. One compiled loop serves both runs
-(the loss's curvature, the step and the decay are traced).
+(the loss's curvature, the step and the decay are traced). The minibatch loss of
+``gflow text`` in its counts form is the sequence loss it stands for.
 """
 
 import equinox as eqx
@@ -14,8 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import gflow
 from gflow.dynamics import AdamW
-from gflow.text import run_full_batch
+from gflow.text import batch_loss, run_full_batch
 
 
 class Bowl(eqx.Module):
@@ -65,3 +67,21 @@ def test_a_run_that_blows_up_at_its_first_step_keeps_its_clock_there():
     np.testing.assert_array_equal(run.t, 0.0)
     assert np.isfinite(run.metrics["loss"][0])
     assert np.all(np.isnan(run.metrics["loss"][1:]))
+
+
+def test_a_minibatchs_counts_form_is_its_sequence_loss():
+    """``gflow.text.batch_loss`` (the counts form, which the text minibatch loop
+    uses for a small vocabulary) is ``gflow.sequence_loss``'s last-token loss on
+    the same windows, compiled as inside the loop.
+
+    Catches the in-jit counts made over whole windows (the target counted as a
+    context token)."""
+    rng = np.random.default_rng(0)
+    windows = jnp.asarray(rng.integers(0, 5, size=(12, 6)), jnp.int32)
+    model = gflow.AttentionModel.init(
+        d_vocab=5, d_model=4, init_scale=0.7, key=jax.random.key(3)
+    )
+    counts, plain = jax.jit(
+        lambda m, w: (batch_loss(m, w), gflow.sequence_loss(m, w, dense=False))
+    )(model, windows)
+    np.testing.assert_allclose(counts, plain, rtol=1e-12)

@@ -108,7 +108,7 @@ RELATED = {
     "gflow/monitor/reduce.py": ["test_monitor_core.py"],
     "gflow/monitor/signals.py": ["test_monitor_core.py"],
     "gflow/text/windows.py": ["test_text_data.py", "test_token_ids.py"],
-    "gflow/text/counts.py": ["test_text_model.py"],
+    "gflow/text/counts.py": [_TEXT, "test_text_model.py"],
     "gflow/text/fullbatch.py": [
         _TEXT,
         "test_text_model.py",
