@@ -68,6 +68,7 @@ _KEYS = "test_invariants_keys.py"  # cache keys, minibatch pieces, checkpoints
 _SOLVERS = "test_invariants_solvers.py"  # every solver's order and estimate
 _SWEEPS = "test_invariants_sweeps.py"  # a sweep against a constructed reference
 _TEXT = "test_invariants_text.py"  # the full-batch loop against closed forms
+_MONITOR = "test_invariants_monitor.py"  # the monitor's reduction, by hand
 
 RELATED = {
     "gflow/problems/transformer.py": [_MODELS, "test_transformer.py", _CAUSAL],
@@ -105,7 +106,7 @@ RELATED = {
     ],
     "gflow/runs/checkpoint.py": [_KEYS, "test_checkpoint.py"],
     "gflow/runs/program_cache.py": [_KEYS, "test_program_cache.py"],
-    "gflow/monitor/reduce.py": ["test_monitor_core.py"],
+    "gflow/monitor/reduce.py": [_MONITOR, "test_monitor_core.py"],
     "gflow/monitor/signals.py": ["test_monitor_core.py"],
     "gflow/text/windows.py": ["test_text_data.py", "test_token_ids.py"],
     "gflow/text/counts.py": [_TEXT, "test_text_model.py"],
