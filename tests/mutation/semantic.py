@@ -372,7 +372,10 @@ def main(argv=None) -> int:
         # a survivor is tried again once the suite it survived has changed
         return r["verdict"] != "survived" or r.get("tree") == tree_key()
 
-    todo = [m for m in chosen if not done(m)]
+    # the mutants argued equivalent last: their runs only confirm the argument
+    todo = sorted(
+        (m for m in chosen if not done(m)), key=lambda m: m["id"] in EQUIVALENT
+    )
     if args.limit is not None:
         todo = todo[: args.limit]
     # this invocation's entry, kept up to date at every save: an interrupted run
