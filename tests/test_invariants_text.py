@@ -17,7 +17,7 @@ import numpy as np
 
 import gflow
 from gflow.dynamics import AdamW
-from gflow.text import batch_loss, run_full_batch
+from gflow.text import WindowStream, batch_loss, query_windows, run_full_batch
 
 
 class Bowl(eqx.Module):
@@ -85,3 +85,25 @@ def test_a_minibatchs_counts_form_is_its_sequence_loss():
         lambda m, w: (batch_loss(m, w), gflow.sequence_loss(m, w, dense=False))
     )(model, windows)
     np.testing.assert_allclose(counts, plain, rtol=1e-12)
+
+
+def test_windows_are_drawn_from_every_start_and_cut_at_their_query():
+    """A ``WindowStream`` over ids 0 .. n−1 (so a window names its start) draws
+    contiguous windows of length + 1 tokens from every start 0 .. n − length − 1,
+    the first included; ``query_windows`` ends each window's context at its
+    query (the window's second-to-last token), its target after it.
+
+    Catches the first start never drawn, and the query windows shifted one token
+    early (the query then the target)."""
+    length, n = 4, 7
+    ids = np.arange(n)
+    windows = np.asarray(WindowStream(ids, length=length, batch=64)(jax.random.key(0)))
+    starts = windows[:, 0]
+    np.testing.assert_array_equal(windows, starts[:, None] + np.arange(length + 1))
+    assert set(starts) == set(range(n - length))  # 0, 1, 2: every start
+    stream = np.array([3, 1, 4, 1, 5, 2, 6, 5, 3, 5, 0])
+    for q in (1, 5):
+        got = query_windows(stream, [q], length=3, per_query=5)
+        assert len(got) > 0 and np.all(got[:, -2] == q), (q, got)
+        runs = {tuple(stream[j : j + 4]) for j in range(len(stream) - 3)}
+        assert all(tuple(w) in runs for w in got)  # contiguous in the stream

@@ -108,7 +108,7 @@ RELATED = {
     "gflow/runs/program_cache.py": [_KEYS, "test_program_cache.py"],
     "gflow/monitor/reduce.py": [_MONITOR, "test_monitor_core.py"],
     "gflow/monitor/signals.py": ["test_monitor_core.py"],
-    "gflow/text/windows.py": ["test_text_data.py", "test_token_ids.py"],
+    "gflow/text/windows.py": [_TEXT, "test_text_data.py", "test_token_ids.py"],
     "gflow/text/counts.py": [_TEXT, "test_text_model.py"],
     "gflow/text/fullbatch.py": [
         _TEXT,
