@@ -7,9 +7,11 @@ tests that compare those monitors with each other cannot see a mistake in it. He
 the attention is random and causal, of 2 layers × 2 heads over 5 contexts of 6
 tokens, with the rows of the last 4 query positions only: which rows are queries,
 which keys hold the top or the query's own token, and which queries are tracked
-are each read by hand.
+are each read by hand. The JAX monitor's unigram gap, on a probe whose first and
+last columns differ, is its loss minus the targets' smoothed unigram loss.
 """
 
+import jax
 import numpy as np
 
 import gflow
@@ -72,3 +74,23 @@ def test_the_per_head_signals_read_their_own_rows_and_keys():
     got = gflow.attention_signals(attn, tokens, top=TOP, tracked=TRACKED).as_dict()
     for name, want in _by_hand(tokens, attn).items():
         np.testing.assert_allclose(got[name], want, rtol=1e-12, err_msg=name)
+
+
+def test_the_jax_monitors_unigram_gap_scores_the_targets(tmp_path):
+    """The JAX monitor's ``unigram_gap`` is its probe loss minus the cross-entropy
+    of the probe's targets (last tokens) under the add-one smoothed frequencies of
+    its context tokens, computed here; the probe's sequences start with 0 and end
+    with 3, so scoring another column would show.
+
+    Catches the unigram loss scored on the first token instead of the target."""
+    tokens = np.array([[0, 1, 2, 1, 3], [0, 2, 2, 1, 3], [0, 1, 1, 2, 3]])
+    model = gflow.AttentionModel.init(
+        d_vocab=4, d_model=4, init_scale=0.5, key=jax.random.key(0)
+    )
+    with gflow.Monitor(tmp_path, every=1, verbose=False) as monitor:
+        monitor.observe(0, model, tokens)
+    traj, _, _ = gflow.load_monitor(tmp_path)
+    counts = np.bincount(tokens[:, :-1].ravel(), minlength=4) + 1.0
+    unigram = -np.mean(np.log(counts / counts.sum())[tokens[:, -1]])
+    gap = traj.metrics["unigram_gap"][0]
+    np.testing.assert_allclose(gap, traj.metrics["loss"][0] - unigram, rtol=1e-6)
