@@ -1,4 +1,5 @@
-"""The ``gflow`` sub-commands: each a job (``gflow.runs``) and its figures.
+"""The ``gflow`` sub-commands: each a job (``gflow.runs``) and its figures, and
+``gflow report``.
 
 ``JobCommand`` gives any job its parser (the options come from its configuration)
 and runs it through the one driver (``gflow.cli.driver.execute``). Add a command by
@@ -7,7 +8,9 @@ writing its job and listing it here.
 
 from __future__ import annotations
 
-from gflow.cli import report
+import json
+
+from gflow.cli.common import UsageError, out_file, run_dir_arg
 from gflow.cli.driver import Figures, execute
 from gflow.cli.options import add_options
 from gflow.runs.compare_run import CompareJob
@@ -81,11 +84,60 @@ def _text_figures(run_dir, result) -> None:
         plot_text_summary(run_dir, list(cfg.run_names(cfg.seed)))  # the first seed's
 
 
+class ReportCommand:
+    """``gflow report DIR``: one self-contained HTML page for a run or a sweep."""
+
+    def register(self, sub) -> None:
+        p = sub.add_parser(
+            "report",
+            help="write report.html for a run or monitor directory (figures embedded)",
+            description="Write one self-contained HTML page: the configuration, the "
+            "statuses and solver statistics, the stage table and every figure. For a "
+            "gflow.Monitor directory it first draws monitor.png (per-head entropy over "
+            "time with the events marked) and lists the events.",
+        )
+        p.add_argument(
+            "run_dir", type=run_dir_arg, help="a directory written by a gflow command"
+        )
+        p.add_argument(
+            "--out", type=out_file, default=None, help="default: RUN_DIR/report.html"
+        )
+        p.set_defaults(handler=self.run)
+
+    def run(self, args) -> int:
+        from gflow.runs.report import write_report
+
+        if not (args.run_dir / "config.json").is_file():
+            raise UsageError(
+                f"RUN_DIR: {args.run_dir} has no config.json; give a directory "
+                "written by a gflow command"
+            )
+        try:
+            cfg = json.loads((args.run_dir / "config.json").read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            cfg = None
+        if not isinstance(cfg, dict):
+            raise UsageError(
+                f"RUN_DIR: {args.run_dir}/config.json is not a gflow configuration (a "
+                "JSON object); give a directory written by a gflow command"
+            )
+        if cfg.get("command") == "monitor":  # draw the figure from the files first
+            from gflow.plotting.monitor import plot_monitor
+
+            try:
+                plot_monitor(args.run_dir)
+            except ValueError as e:
+                raise UsageError(f"RUN_DIR: {args.run_dir}: {e}") from e
+        path = write_report(args.run_dir, args.out)
+        print(f"report -> {path}")
+        return 0
+
+
 COMMANDS = [
     JobCommand(FlowJob(), _flow_figures),
     JobCommand(SweepJob(), _sweep_figures),
     JobCommand(CompareJob(), _compare_figures),
     JobCommand(TextJob(), _text_figures),
     JobCommand(TrainJob(), _train_figures),
-    report,
+    ReportCommand(),
 ]

@@ -17,8 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gflow.cli.common import start_log
-from gflow.cli.errors import UsageError
+from gflow.cli.common import UsageError, start_log
 from gflow.cli.options import Request, resolve
 from gflow.cli.processes import Plan, check_run_dir, plan
 from gflow.runs.job import AbstractJob, Context
@@ -42,7 +41,7 @@ def _program_cache(args):
 def _launch(job: AbstractJob, request: Request, how: Plan, args) -> int:
     """``--processes N``: config.json first (no JAX in this process), then N
     workers that continue the run from it."""
-    from gflow.cli.launch import launch
+    from gflow.cli.processes import launch
 
     directory = RunDirectory(request.out)
     if not request.resumed and not directory.accept(job.command, request.cfg):

@@ -13,8 +13,13 @@ import dataclasses
 import json
 from pathlib import Path
 
-from gflow.cli.common import add_out_option, default_out, floats, run_dir_arg
-from gflow.cli.errors import UsageError
+from gflow.cli.common import (
+    UsageError,
+    add_out_option,
+    default_out,
+    floats,
+    run_dir_arg,
+)
 from gflow.cli.processes import add_process_options
 from gflow.runs.config import AbstractConfig, ConfigError, Option
 from gflow.runs.job import AbstractJob
