@@ -456,6 +456,7 @@ def test_a_job_splits_into_its_units_and_runs_in_its_context(tmp_path):
         ConfigError,
         Context,
         RunDirectory,
+        RunFacts,
         Units,
         setting,
     )
@@ -489,7 +490,7 @@ def test_a_job_splits_into_its_units_and_runs_in_its_context(tmp_path):
         job.check_processes(N(), 5, "--processes", resumed=False)
     result = job.run(job.plan(N(n=4)), RunDirectory(tmp_path), Context())
     assert job.summary(result) == "4 units"
-    assert Context().main and job.succeeded(result) and job.config_extras(N()) == {}
+    assert Context().main and job.succeeded(result) and job.facts(N()) == RunFacts()
     assert TrainJob.command == "train" and TrainJob.config_type is TrainRun
 
 

@@ -112,12 +112,12 @@ def execute(job: AbstractJob, args, figures: Figures | None = None) -> int:
         if context.main:
             planned = job.plan(cfg)
             start_log(directory.path)
-            doc = directory.document() if directory.has_config() else {}
-            if doc.get("environment") is None:  # new, or begun by a launcher
+            # new, or begun by a launcher
+            if not (directory.has_config() and directory.read().started):
                 from gflow.runs.environment import environment
 
                 directory.write_config(
-                    job.command, cfg, environment(), **job.config_extras(planned)
+                    job.command, cfg, environment(), job.facts(planned)
                 )
             job.start(planned, directory, context)
         if processes is not None:

@@ -49,6 +49,8 @@ from gflow.runs.program_cache import describe as describe
 
 # Jobs over run directories.
 from gflow.runs.run_dir import Run as Run
+from gflow.runs.run_dir import RunDocument as RunDocument
+from gflow.runs.run_dir import RunFacts as RunFacts
 from gflow.runs.run_dir import RunDirectory as RunDirectory
 from gflow.runs.job import AbstractJob as AbstractJob
 from gflow.runs.job import Context as Context
@@ -95,6 +97,8 @@ __all__ = [
     "Processes",
     "ProgramCache",
     "Run",
+    "RunDocument",
+    "RunFacts",
     "RunDirectory",
     "SweepConfig",
     "SweepJob",

@@ -31,7 +31,7 @@ from gflow.runs.files import write_json
 from gflow.runs.job import AbstractJob, Context
 from gflow.runs.names import SOLVERS
 from gflow.runs.resumable_flow import solve_flow_resumable
-from gflow.runs.run_dir import RunDirectory
+from gflow.runs.run_dir import RunDirectory, RunFacts
 from gflow.runs.trajectory_files import save_trajectory
 
 #: copies of the parameter vector a solve holds at once, at the least (Tsit5's
@@ -226,14 +226,10 @@ class FlowJob(AbstractJob[FlowConfig]):
     def plan(self, cfg: FlowConfig) -> FlowConfig:
         return cfg
 
-    def config_extras(self, cfg: FlowConfig) -> dict:
+    def facts(self, cfg: FlowConfig) -> RunFacts:
         chain = cfg.chain()
-        return {
-            "references": {
-                "unigram_loss": chain.unigram_loss,
-                "bayes_loss": chain.bayes_loss,
-            }
-        }
+        losses = {"unigram_loss": chain.unigram_loss, "bayes_loss": chain.bayes_loss}
+        return RunFacts(references=losses)
 
     def run(self, cfg: FlowConfig, directory: RunDirectory, context: Context):
         traj = run_flow(

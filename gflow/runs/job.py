@@ -6,7 +6,7 @@ writes one ``train`` against an abstract optimiser:
 
 1. ``plan(cfg)`` turns the configuration's names into objects, once (the chain,
    the loss, the model, the solver or optimizer, the data set);
-2. the driver writes ``config.json`` (the configuration and ``config_extras``),
+2. the driver writes ``config.json`` (the configuration and the run's ``facts``),
    then ``start`` writes what else is known before the run;
 3. ``run(plan, directory, context)`` computes, checkpointing into the directory;
 4. ``write(result, directory)`` writes the run's files;
@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from gflow.runs.config import AbstractConfig, ConfigError
 from gflow.runs.distributed import Processes
 from gflow.runs.program_cache import ProgramCache
-from gflow.runs.run_dir import RunDirectory
+from gflow.runs.run_dir import RunDirectory, RunFacts
 
 C = TypeVar("C", bound=AbstractConfig)
 
@@ -126,10 +126,10 @@ class AbstractJob(abc.ABC, Generic[C]):
     def plan(self, cfg: C) -> Any:
         """The objects of the run: every name of ``cfg`` turned into its object."""
 
-    def config_extras(self, plan: Any) -> dict:
+    def facts(self, plan: Any) -> RunFacts:
         """What config.json holds besides the configuration (reference losses,
         the vocabulary size, the members' names)."""
-        return {}
+        return RunFacts()
 
     def start(self, plan: Any, directory: RunDirectory, context: Context) -> None:
         """Write what the run knows before it runs, besides config.json (a text

@@ -341,10 +341,10 @@ def write_sweep_run(run_dir, cfg: SweepConfig, result: SweepComparison) -> Path:
     return run_dir
 
 
-def load_sweep(run_dir) -> dict:
-    """A ``gflow sweep`` run directory: ``sweep`` (sweep.json) and ``members``.
+def load_sweep(run_dir) -> tuple[dict, SweepRun | None]:
+    """A ``gflow sweep`` run directory's sweep.json and saved members.
 
-    ``members`` is the SweepRun of the saved members (losses, times and parameter
+    The members are the SweepRun of the saved chunks (losses, times and parameter
     snapshots; ``.member(m)`` gives a Trajectory), or None when none were saved.
     """
     run_dir = Path(run_dir)
@@ -357,7 +357,7 @@ def load_sweep(run_dir) -> dict:
     for rec in sweep.get("members", []):
         if rec.get("status") == "ok":  # written before the status words were unified
             rec["status"] = "success"
-    return {"sweep": sweep, "members": members}
+    return sweep, members
 
 
 class SweepJob(AbstractJob[SweepConfig]):

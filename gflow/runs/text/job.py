@@ -21,10 +21,10 @@ from gflow.runs.config import ConfigError
 from gflow.runs.distributed import deal, total
 from gflow.runs.files import read_json
 from gflow.runs.job import AbstractJob, Context, Units
-from gflow.runs.run_dir import RunDirectory
+from gflow.runs.run_dir import RunDirectory, RunFacts
 from gflow.runs.text import run as text_run  # run_text via the module: stubbed
 from gflow.runs.text.config import TextConfig
-from gflow.runs.text.files import text_extras, write_text_files, write_text_run
+from gflow.runs.text.files import text_facts, write_text_files, write_text_run
 from gflow.runs.text.pieces import RunPieces
 from gflow.runs.text.run import TextData
 from gflow.runs.text.seeds import stages_summary, stages_table
@@ -90,8 +90,7 @@ class TextJob(AbstractJob[TextConfig]):
         tokenizer = directory.path / "tokenizer.json"
         if tokenizer.exists():
             return dataclasses.replace(cfg, tokenizer_file=str(tokenizer))
-        doc = directory.document()
-        if "environment" in doc and doc["environment"] is None:
+        if directory.read().launched:
             return cfg  # not started: the tokeniser is trained now
         raise ConfigError(
             f"--resume: {directory.path} has no tokenizer.json (its {cfg.tokenizer} "
@@ -112,8 +111,8 @@ class TextJob(AbstractJob[TextConfig]):
         log.info("prepared the data in %.2f s", time.perf_counter() - start)
         return TextPlan(cfg, data, strategies)
 
-    def config_extras(self, plan: TextPlan) -> dict:
-        return text_extras(plan.cfg, plan.data)
+    def facts(self, plan: TextPlan) -> RunFacts:
+        return text_facts(plan.cfg, plan.data)
 
     def start(self, plan: TextPlan, directory: RunDirectory, context: Context) -> None:
         write_text_files(directory.path, plan.data)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
 
 import jax
 
@@ -14,7 +13,7 @@ from gflow.runs.config import ConfigError
 from gflow.runs.distributed import deal, total
 from gflow.runs.files import atomic_write_bytes
 from gflow.runs.job import AbstractJob, Context, Units
-from gflow.runs.run_dir import RunDirectory
+from gflow.runs.run_dir import RunDirectory, RunFacts
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
 from gflow.runs.train.config import TrainConfig, TrainRun
 from gflow.runs.train.members import gather, run_members, write_sweep_run
@@ -87,14 +86,13 @@ class TrainJob(AbstractJob[TrainRun]):
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError(f"data: {e}") from None
 
-    def config_extras(self, plan: TrainPlan) -> dict:
-        extras: dict[str, Any] = {}
+    def facts(self, plan: TrainPlan) -> RunFacts:
+        members = None
         if plan.cfg.sweep.is_sweep:
-            members = plan.cfg.sweep.members(plan.cfg.base)
-            extras["members"] = [name for name, _ in members]
-        extras["d_vocab"] = plan.data.d_vocab
-        extras["references"] = plan.data.references
-        return extras
+            members = [name for name, _ in plan.cfg.sweep.members(plan.cfg.base)]
+        return RunFacts(
+            references=plan.data.references, d_vocab=plan.data.d_vocab, members=members
+        )
 
     def start(self, plan: TrainPlan, directory: RunDirectory, context: Context) -> None:
         if plan.data.tokenizer is not None:  # the trained pieces, to read or reuse
