@@ -293,6 +293,7 @@ def check_split(members: int, count: int, what: str, more: str) -> None:
             f"more members ({more})"
         )
 
+
 #: Seconds a worker has to end after SIGTERM before it is killed.
 GRACE = 5.0
 
