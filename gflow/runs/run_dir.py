@@ -226,7 +226,7 @@ class RunDirectory:
         """Write config.json atomically: command, config, the ``facts`` that are
         known, environment (``gflow.runs.environment()``; ``None`` while a launcher
         has written it and no process has started)."""
-        doc: dict[str, Any] = {"command": command, **cfg.to_document()}
+        doc: dict[str, Any] = {"command": command, **dict(cfg.document())}
         for f in _FACTS:
             if getattr(facts, f.name) is not None:
                 doc[f.name] = getattr(facts, f.name)

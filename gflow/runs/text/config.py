@@ -201,13 +201,12 @@ class TextConfig(AbstractConfig):
     not_results: ClassVar[tuple[str, ...]] = ("tokenizer_file", "download")
 
     @classmethod
-    def complete(cls, settings: dict) -> dict:
+    def complete(cls, settings: dict) -> None:
         """A float64-only method (the flow) computes in float64 whatever ``x64``
         says."""
         method = settings.get("method")
         if method in _METHODS and _METHODS[method].float64:
             settings["x64"] = True
-        return settings
 
     def check(self):
         if not self.corpus:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import ClassVar
 
 from gflow.dynamics.schedules import Constant
 from gflow.runs.config import (
@@ -162,7 +163,7 @@ class TrainConfig(AbstractConfig):
     x64: bool = setting(False, "float64 (default float32)", flag="--float64")
 
     @classmethod
-    def complete(cls, settings: dict) -> dict:
+    def complete(cls, settings: dict) -> None:
         """A float64-only method (the flow) computes in float64 whatever ``x64``
         says; a model that takes no layers or heads (the attention model) has
         one of each unless told otherwise (then it is refused)."""
@@ -172,7 +173,6 @@ class TrainConfig(AbstractConfig):
         if model in MODELS and "layers" not in MODELS[model].parts:
             settings.setdefault("layers", 1)
             settings.setdefault("heads", 1)
-        return settings
 
     def check(self):
         for name in ("layers", "heads", "d_model", "seq_len", "eval_batch"):
@@ -391,10 +391,6 @@ class TrainSweep(AbstractConfig):
                 out.append((name, dataclasses.replace(cfg, lr=lr, seed=seed)))
         return out
 
-    def to_dict(self) -> dict:
-        lrs = None if self.lrs is None else list(self.lrs)
-        return {"seeds": self.seeds, "lrs": lrs}
-
 
 @dataclasses.dataclass(frozen=True)
 class TrainRun(AbstractConfig):
@@ -406,6 +402,10 @@ class TrainRun(AbstractConfig):
 
     base: TrainConfig = setting(TrainConfig(), nested=("*",))
     sweep: TrainSweep = setting(TrainSweep(), nested=("*",))
+    sections: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("config", "base"),
+        ("sweep", "sweep"),
+    )
 
     def check(self):
         self.sweep.members(self.base)  # seeds within range
@@ -414,10 +414,3 @@ class TrainRun(AbstractConfig):
     def check_given(cls, given) -> None:
         if {"base.lr", "sweep.lrs"} <= set(given):
             raise ConfigError("--lr and --lrs: give one step size or a list, not both")
-
-    def to_document(self) -> dict:
-        return {"config": self.base.to_json(), "sweep": self.sweep.to_dict()}
-
-    @classmethod
-    def document_settings(cls, doc: dict):
-        return {"base": doc.get("config"), "sweep": doc.get("sweep") or {}}
