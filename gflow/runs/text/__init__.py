@@ -18,6 +18,7 @@ from gflow.runs.text.run import TextData as TextData
 from gflow.runs.text.run import init_model as init_model
 from gflow.runs.text.run import prepare as prepare
 from gflow.runs.text.run import run_text as run_text
+from gflow.runs.text.seeds import SeedSummary as SeedSummary
 from gflow.runs.text.seeds import stages_summary as stages_summary
 from gflow.runs.text.strategies import TextStrategies as TextStrategies
 from gflow.runs.text.strategies import text_strategies as text_strategies
@@ -29,6 +30,7 @@ __all__ = [
     "OPTIMIZER_NAMES",
     "TOKENIZER_NAMES",
     "RunPieces",
+    "SeedSummary",
     "TextConfig",
     "TextJob",
     "init_model",

@@ -112,5 +112,6 @@ def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
     if phases:  # what each tracked query's row does (focus on, dilution from)
         write_json(out / "row_phases.json", phases)
     if cfg.seeds > 1:
-        write_json(out / "stages_summary.json", stages_summary(cfg, stages))
+        summary = stages_summary(cfg, stages)
+        write_json(out / "stages_summary.json", dataclasses.asdict(summary))
     return out

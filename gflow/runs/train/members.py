@@ -29,7 +29,7 @@ from pathlib import Path
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.distributed import Processes, deal
 from gflow.runs.files import write_json
-from gflow.runs.text.seeds import summarise_seeds
+from gflow.runs.text.seeds import SeedSummary, summarise_seeds
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
 from gflow.runs.train.config import TrainConfig, TrainSweep
 from gflow.runs.train.run import TrainData, prepare, write_train_run
@@ -119,11 +119,12 @@ def write_sweep_run(run_dir, sweep: TrainSweep, runs: dict) -> dict:
         entries[name] = {"available": True, "stages": [s.to_dict() for s in found]}
     write_json(run_dir / "stages.json", entries)
     if sweep.seeds > 1:
-        write_json(run_dir / "stages_summary.json", _summary(sweep, runs, entries))
+        summary = _summary(sweep, runs, entries)
+        write_json(run_dir / "stages_summary.json", dataclasses.asdict(summary))
     return stages
 
 
-def _summary(sweep: TrainSweep, runs: dict, entries: dict) -> dict:
+def _summary(sweep: TrainSweep, runs: dict, entries: dict) -> SeedSummary:
     """Stage times over the seeds of each step size (``summarise_seeds``), keyed
     ``train`` or ``train_lr<η>``."""
     groups: dict[str, dict[int, dict]] = {}
