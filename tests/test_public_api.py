@@ -480,7 +480,7 @@ def test_a_job_splits_into_its_units_and_runs_in_its_context(tmp_path):
             return plan
 
         def write(self, result, directory):
-            pass
+            return result
 
         def summary(self, result):
             return f"{result.n} units"

@@ -42,14 +42,13 @@ class JobCommand:
 def _flow_figures(run_dir, result) -> None:
     from gflow.plotting.figures import flow_figures  # matplotlib: only if drawn
 
-    flow_figures(run_dir, result.cfg, result.trajectory, result.stages)
+    flow_figures(run_dir, result.cfg, result.trajectory, list(result.stages))
 
 
 def _sweep_figures(run_dir, result) -> None:
     from gflow.plotting.figures import sweep_figures
 
-    cfg, out = result
-    sweep_figures(run_dir, cfg, out)
+    sweep_figures(run_dir, result.cfg, result.comparison)
 
 
 def _compare_figures(run_dir, result) -> None:
@@ -68,10 +67,10 @@ def _compare_figures(run_dir, result) -> None:
 def _train_figures(run_dir, result) -> None:
     from gflow.plotting.figures import train_figures
 
-    for name, (member, data, traj) in result.runs.items():
-        folder = run_dir if result.one else run_dir / "figures" / name
+    for m in result.runs:
+        folder = run_dir if result.one else run_dir / "figures" / m.name
         folder.mkdir(parents=True, exist_ok=True)
-        train_figures(folder, member, data, traj, result.stages[name])
+        train_figures(folder, m.cfg, m.data, m.trajectory, list(m.stages))
 
 
 def _text_figures(run_dir, result) -> None:

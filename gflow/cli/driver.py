@@ -132,7 +132,7 @@ def execute(job: AbstractJob, args, figures: Figures | None = None) -> int:
         result = job.run(planned, directory, context)
         if not context.main:
             return 0
-        job.write(result, directory)
+        result = job.write(result, directory)
         if figures is not None and not args.no_figures:
             figures(directory.path, result)
     lines = job.summary(result).rstrip("\n").split("\n")

@@ -282,18 +282,6 @@ def check_run_dir(out, same, processes, command: str) -> None:
         )
 
 
-def check_split(members: int, count: int, what: str, more: str) -> None:
-    """UsageError unless each of ``count`` processes gets one of ``members``
-    members (``what``: the option that set ``count``, as the message begins;
-    ``more``: the options that make more members)."""
-    if count > members:
-        raise UsageError(
-            f"{what}: the run has {members} member(s), so {count - members} "
-            f"process(es) would have none; give at most {members} process(es), or "
-            f"more members ({more})"
-        )
-
-
 #: Seconds a worker has to end after SIGTERM before it is killed.
 GRACE = 5.0
 

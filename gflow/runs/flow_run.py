@@ -201,13 +201,13 @@ def write_flow_run(run_dir, cfg: FlowConfig, traj: Trajectory) -> list[Stage]:
     return stages
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class FlowResult:
     """A finished ``gflow flow``: its configuration, trajectory and stages."""
 
     cfg: FlowConfig
     trajectory: Trajectory
-    stages: list[Stage] = dataclasses.field(default_factory=list)
+    stages: tuple[Stage, ...] = ()
 
 
 class FlowJob(AbstractJob[FlowConfig]):
@@ -241,8 +241,9 @@ class FlowJob(AbstractJob[FlowConfig]):
         )
         return FlowResult(cfg, traj)
 
-    def write(self, result: FlowResult, directory: RunDirectory) -> None:
-        result.stages = write_flow_run(directory.path, result.cfg, result.trajectory)
+    def write(self, result: FlowResult, directory: RunDirectory) -> FlowResult:
+        stages = write_flow_run(directory.path, result.cfg, result.trajectory)
+        return dataclasses.replace(result, stages=tuple(stages))
 
     def summary(self, result: FlowResult) -> str:
         traj, cfg = result.trajectory, result.cfg

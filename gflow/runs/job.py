@@ -9,7 +9,8 @@ writes one ``train`` against an abstract optimiser:
 2. the driver writes ``config.json`` (the configuration and the run's ``facts``),
    then ``start`` writes what else is known before the run;
 3. ``run(plan, directory, context)`` computes, checkpointing into the directory;
-4. ``write(result, directory)`` writes the run's files;
+4. ``write(result, directory)`` writes the run's files and returns the result
+   with what writing found (the stages);
 5. ``summary(result)`` is the line the command prints; ``succeeded(result)`` its
    exit status.
 
@@ -141,8 +142,9 @@ class AbstractJob(abc.ABC, Generic[C]):
         that does not write (the others' results are gathered by process 0)."""
 
     @abc.abstractmethod
-    def write(self, result: Any, directory: RunDirectory) -> None:
-        """Write the run's files (trajectories, stages, the command's JSON)."""
+    def write(self, result: Any, directory: RunDirectory) -> Any:
+        """Write the run's files (trajectories, stages, the command's JSON);
+        return ``result`` with what writing found (the stages)."""
 
     @abc.abstractmethod
     def summary(self, result: Any) -> str:

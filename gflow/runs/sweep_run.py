@@ -146,23 +146,6 @@ class SweepConfig(AbstractConfig):
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def run_sweep_config(
-    cfg: SweepConfig, *, key, checkpoint_dir=None, progress: bool | None = None
-) -> SweepComparison:
-    """Run the sweep that ``cfg`` describes and compare it with its reference.
-
-    With ``checkpoint_dir`` the members run in chunks of ``cfg.chunk``, each saved
-    when done, and chunks already there are read back (``gflow.runs.resumable_sweep``).
-
-    Returns ``compare_sweep``'s ``SweepComparison`` with ``run`` (the SweepRun),
-    ``stability``,
-    ``sharpness`` (t, λ_max along the reference of the smallest η) and, per member,
-    ``predicted_departure``.
-    """
-    run = run_sweep_members(cfg, checkpoint_dir=checkpoint_dir, progress=progress)
-    return compare_sweep_members(cfg, run, key=key)
-
-
 def run_sweep_members(
     cfg: SweepConfig,
     *,
@@ -212,9 +195,10 @@ def run_sweep_members(
 
 
 def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> SweepComparison:
-    """``run`` (the members of ``cfg``'s sweep) against ``cfg``'s reference.
-
-    Returns what ``run_sweep_config`` returns.
+    """``run`` (the members of ``cfg``'s sweep) against ``cfg``'s reference:
+    ``compare_sweep``'s ``SweepComparison`` with ``run`` (the SweepRun),
+    ``stability``, ``sharpness`` (t, λ_max along the reference of the smallest η)
+    and, per member, ``predicted_departure``.
     """
     chain = cfg.flow.chain()
     loss, model = PopulationLoss(chain), cfg.flow.model()
@@ -360,6 +344,15 @@ def load_sweep(run_dir) -> tuple[dict, SweepRun | None]:
     return sweep, members
 
 
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """A finished ``gflow sweep``: its configuration, the members against the
+    reference (``compare_sweep_members``) and the members' wall time."""
+
+    cfg: SweepConfig
+    comparison: SweepComparison
+
+
 class SweepJob(AbstractJob[SweepConfig]):
     """``gflow sweep``: an optimizer at several step sizes against a reference."""
 
@@ -433,14 +426,14 @@ class SweepJob(AbstractJob[SweepConfig]):
             interrupt=context.interrupt,
         )
         result["members_wall_s"] = members_s
-        return cfg, result
+        return SweepResult(cfg, result)
 
-    def write(self, result, directory: RunDirectory) -> None:
-        cfg, out = result
-        write_sweep_run(directory.path, cfg, out)
+    def write(self, result: SweepResult, directory: RunDirectory) -> SweepResult:
+        write_sweep_run(directory.path, result.cfg, result.comparison)
+        return result
 
-    def summary(self, result) -> str:
-        cfg, out = result
+    def summary(self, result: SweepResult) -> str:
+        cfg, out = result.cfg, result.comparison
         lines = []
         for r in out["members"]:
             err = "-" if r["error"] is None else f"{r['error']:.4g}"

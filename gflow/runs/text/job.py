@@ -46,7 +46,7 @@ class TextPlan:
     strategies: TextStrategies
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TextResult:
     """Every run by name; the wall time of each part of the command."""
 
@@ -183,10 +183,11 @@ class TextJob(AbstractJob[TextConfig]):
                 ) from None
         return TextResult(plan, runs, {"runs": time.perf_counter() - start}, directory)
 
-    def write(self, result: TextResult, directory: RunDirectory) -> None:
+    def write(self, result: TextResult, directory: RunDirectory) -> TextResult:
         start = time.perf_counter()
         write_text_run(directory.path, result.plan.cfg, result.plan.data, result.runs)
-        result.wall["save"] = time.perf_counter() - start
+        wall = {**result.wall, "save": time.perf_counter() - start}
+        return dataclasses.replace(result, wall=wall)
 
     def summary(self, result: TextResult) -> str:
         cfg, out = result.plan.cfg, result.directory.path

@@ -8,15 +8,14 @@ import logging
 
 import jax
 
-from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.config import ConfigError
 from gflow.runs.distributed import deal, total
 from gflow.runs.files import atomic_write_bytes
 from gflow.runs.job import AbstractJob, Context, Units
 from gflow.runs.run_dir import RunDirectory, RunFacts
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
-from gflow.runs.train.config import TrainConfig, TrainRun
-from gflow.runs.train.members import gather, run_members, write_sweep_run
+from gflow.runs.train.config import TrainRun
+from gflow.runs.train.members import Member, gather, run_members, write_sweep_run
 from gflow.runs.train.run import TrainData, prepare, write_train_run
 from gflow.runs.train.strategies import train_strategies
 
@@ -32,16 +31,15 @@ class TrainPlan:
     data: TrainData
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TrainResult:
-    """The finished members: name -> (configuration, data, trajectory); their
-    stages once written; segments read back instead of computed; processes."""
+    """The finished members (with their stages once written); segments read
+    back instead of computed; processes."""
 
     plan: TrainPlan
-    runs: dict[str, tuple[TrainConfig, TrainData, Trajectory]]
+    runs: tuple[Member, ...]
     resumed: int = 0
     processes: int = 1
-    stages: dict[str, list] = dataclasses.field(default_factory=dict)
 
     @property
     def one(self) -> bool:
@@ -167,30 +165,26 @@ class TrainJob(AbstractJob[TrainRun]):
         finally:
             if bar is not None:
                 bar.close()
-        runs = {"train": (cfg, plan.data, traj)}
+        runs = (Member("train", cfg, plan.data, traj),)
         return TrainResult(plan, runs, traj.stats["resumed_pieces"])
 
-    def write(self, result: TrainResult, directory: RunDirectory) -> None:
-        if result.one:
-            (_, data, traj) = result.runs["train"]
-            result.stages = {
-                "train": write_train_run(
-                    directory.path,
-                    traj,
-                    unigram_loss=data.references.get("unigram_loss"),
-                )
-            }
-        else:
-            result.stages = write_sweep_run(
-                directory.path, result.plan.cfg.sweep, result.runs
-            )
+    def write(self, result: TrainResult, directory: RunDirectory) -> TrainResult:
+        if not result.one:
+            runs = write_sweep_run(directory.path, result.plan.cfg.sweep, result.runs)
+            return dataclasses.replace(result, runs=runs)
+        (m,) = result.runs
+        unigram = m.data.references.get("unigram_loss")
+        found = write_train_run(directory.path, m.trajectory, unigram_loss=unigram)
+        return dataclasses.replace(
+            result, runs=(dataclasses.replace(m, stages=tuple(found)),)
+        )
 
     def summary(self, result: TrainResult) -> str:
         opt = result.plan.cfg.base.label
         lines = []
-        for name, (_, _, traj) in result.runs.items():
+        for m in result.runs:
+            name, traj, stages = m.name, m.trajectory, m.stages
             loss = traj.metrics["loss"]
-            stages = result.stages.get(name, [])
             heads = {(s.layer, s.head) for s in stages if s.layer >= 0}
             what = (
                 f"t={traj.t[-1]:.4g}, loss {loss[0]:.4f} -> {loss[-1]:.4f}, "
@@ -212,4 +206,4 @@ class TrainJob(AbstractJob[TrainRun]):
         return "\n".join(lines)
 
     def succeeded(self, result: TrainResult) -> bool:
-        return all(traj.status == "success" for _, _, traj in result.runs.values())
+        return all(m.trajectory.status == "success" for m in result.runs)
