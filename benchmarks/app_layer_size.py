@@ -7,7 +7,10 @@ small and typed? Counts, over every ``.py`` file under those folders:
 - lines (``wc -l``);
 - dict-returning functions: every function, private ones included, whose return
   annotation names ``dict``, ``Dict``, ``Mapping`` or a ``TypedDict``, or which
-  returns a dict literal or comprehension (``{...}``, ``dict(...)``).
+  returns a dict literal or comprehension (``{...}``, ``dict(...)``) (issue 56's
+  count); of those, how many are annotated as a mapping of named arrays or numbers
+  (``dict[str, np.ndarray]``, ``dict[str, Array]``, ``dict[str, float]``: the
+  columns of a checkpoint piece, metrics), which the issue allows.
 
 Command: ``python benchmarks/app_layer_size.py [--list]`` (a second, no JAX).
 Writes nothing; prints the counts (and with ``--list`` each function found).
@@ -71,6 +74,24 @@ def _is_dict_literal(value: ast.expr | None) -> bool:
     )
 
 
+_NAMED_VALUES = {"ndarray", "Array", "float"}
+
+
+def _named_values(annotation: ast.expr | None) -> bool:
+    """Whether a return annotation is ``dict[str, X]`` with X an array or a float
+    (``X | None`` around it included)."""
+    if isinstance(annotation, ast.BinOp):
+        return _named_values(annotation.left) or _named_values(annotation.right)
+    if not (
+        isinstance(annotation, ast.Subscript)
+        and isinstance(annotation.slice, ast.Tuple)
+    ):
+        return False
+    value = annotation.slice.elts[-1]
+    name = value.attr if isinstance(value, ast.Attribute) else getattr(value, "id", "")
+    return name in _NAMED_VALUES
+
+
 def dict_functions(path: Path) -> list[str]:
     """``file:line name`` of each dict-returning function in ``path``."""
     tree = ast.parse(path.read_text())
@@ -89,7 +110,8 @@ def dict_functions(path: Path) -> list[str]:
         if _names_dict(node.returns, typed_dicts) or any(
             _is_dict_literal(r.value) for r in _own_returns(node)
         ):
-            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+            named = " (named arrays)" if _named_values(node.returns) else ""
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}{named}")
     return found
 
 
@@ -110,7 +132,8 @@ if __name__ == "__main__":
     print(
         f"cli modules (besides __init__): {m['cli_modules']}\n"
         f"files: {m['files']}  lines: {m['lines']}\n"
-        f"dict-returning functions: {len(m['dict_functions'])}"
+        f"dict-returning functions: {len(m['dict_functions'])}, of which mappings "
+        f"of named arrays: {sum('(named' in f for f in m['dict_functions'])}"
     )
     if "--list" in sys.argv:
         print("\n".join(m["dict_functions"]))

@@ -29,6 +29,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import optax
+from jaxtyping import Array
 
 from gflow.analysis.head_observables import HeadObservables
 from gflow.analysis.head_stages import HeadStage, detect_head_stages
@@ -296,7 +297,7 @@ class HeldOut(eqx.Module):
     loss: SequenceLoss
     observables: HeadObservables
 
-    def __call__(self, model) -> dict:
+    def __call__(self, model) -> dict[str, Array]:
         return {"loss": self.loss(model), **self.observables(model)}
 
 
