@@ -47,6 +47,9 @@ from gflow.runs.distributed import deal as deal
 from gflow.runs.program_cache import ProgramCache as ProgramCache
 from gflow.runs.program_cache import describe as describe
 
+# Where a run's names become objects, once.
+from gflow.runs.strategies import Strategies as Strategies
+
 # Jobs over run directories.
 from gflow.runs.run_dir import Run as Run
 from gflow.runs.run_dir import RunDocument as RunDocument
@@ -101,6 +104,7 @@ __all__ = [
     "RunFacts",
     "RunDirectory",
     "SweepConfig",
+    "Strategies",
     "SweepJob",
     "Units",
     "assign",

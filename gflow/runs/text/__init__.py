@@ -20,8 +20,7 @@ from gflow.runs.text.run import prepare as prepare
 from gflow.runs.text.run import run_text as run_text
 from gflow.runs.text.seeds import SeedSummary as SeedSummary
 from gflow.runs.text.seeds import stages_summary as stages_summary
-from gflow.runs.text.strategies import TextStrategies as TextStrategies
-from gflow.runs.text.strategies import text_strategies as text_strategies
+from gflow.runs.strategies import text_strategies as text_strategies
 from gflow.runs.text.seeds import stages_table as stages_table
 from gflow.runs.text.seeds import summarise_seeds as summarise_seeds
 
@@ -39,7 +38,6 @@ __all__ = [
     "stages_table",
     "summarise_seeds",
     "text_fingerprint",
-    "TextStrategies",
     "text_strategies",
     "write_text_run",
     "write_text_start",

@@ -22,13 +22,13 @@ from gflow.runs.distributed import deal, total
 from gflow.runs.files import read_json
 from gflow.runs.job import AbstractJob, Context, Units
 from gflow.runs.run_dir import RunDirectory, RunFacts
+from gflow.runs.strategies import Strategies, text_strategies
 from gflow.runs.text import run as text_run  # run_text via the module: stubbed
 from gflow.runs.text.config import TextConfig
 from gflow.runs.text.files import text_facts, write_text_files, write_text_run
 from gflow.runs.text.pieces import RunPieces
 from gflow.runs.text.run import TextData
 from gflow.runs.text.seeds import stages_summary, stages_table
-from gflow.runs.text.strategies import TextStrategies, text_strategies
 from gflow.text.row_phases import describe
 from gflow.text.stability import stability_line, stability_warning
 from gflow.text.subword import KINDS
@@ -43,7 +43,7 @@ class TextPlan:
 
     cfg: TextConfig
     data: TextData
-    strategies: TextStrategies
+    strategies: Strategies
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,11 +13,11 @@ from gflow.runs.distributed import deal, total
 from gflow.runs.files import atomic_write_bytes
 from gflow.runs.job import AbstractJob, Context, Units
 from gflow.runs.run_dir import RunDirectory, RunFacts
+from gflow.runs.strategies import train_strategies
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
 from gflow.runs.train.config import TrainRun
 from gflow.runs.train.members import Member, gather, run_members, write_sweep_run
 from gflow.runs.train.run import TrainData, prepare, write_train_run
-from gflow.runs.train.strategies import train_strategies
 
 log = logging.getLogger("gflow")
 
