@@ -8,14 +8,13 @@ writing its job and listing it here.
 
 from __future__ import annotations
 
-import json
-
 from gflow.cli.common import UsageError, out_file, run_dir_arg
 from gflow.cli.driver import Figures, execute
 from gflow.cli.options import add_options
 from gflow.runs.compare_run import CompareJob
 from gflow.runs.flow_run import FlowJob
 from gflow.runs.job import AbstractJob
+from gflow.runs.run_dir import RunDirectory
 from gflow.runs.sweep_run import SweepJob
 from gflow.runs.text import TextJob
 from gflow.runs.train import TrainJob
@@ -106,21 +105,9 @@ class ReportCommand:
     def run(self, args) -> int:
         from gflow.runs.report import write_report
 
-        if not (args.run_dir / "config.json").is_file():
-            raise UsageError(
-                f"RUN_DIR: {args.run_dir} has no config.json; give a directory "
-                "written by a gflow command"
-            )
-        try:
-            cfg = json.loads((args.run_dir / "config.json").read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            cfg = None
-        if not isinstance(cfg, dict):
-            raise UsageError(
-                f"RUN_DIR: {args.run_dir}/config.json is not a gflow configuration (a "
-                "JSON object); give a directory written by a gflow command"
-            )
-        if cfg.get("command") == "monitor":  # draw the figure from the files first
+        # ConfigError, one line, for a directory without a readable config.json
+        doc = RunDirectory(args.run_dir).read("RUN_DIR")
+        if doc.command == "monitor":  # draw the figure from the files first
             from gflow.plotting.monitor import plot_monitor
 
             try:
