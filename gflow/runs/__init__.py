@@ -66,7 +66,6 @@ from gflow.runs.sweep_run import SweepConfig as SweepConfig
 from gflow.runs.sweep_run import SweepJob as SweepJob
 from gflow.runs.sweep_run import check_reference as check_reference
 from gflow.runs.sweep_run import reference_of as reference_of
-from gflow.runs.sweep_run import write_sweep_config as write_sweep_config
 
 # Reading runs back, and the report.
 from gflow.runs.load import load_run as load_run
@@ -132,5 +131,4 @@ __all__ = [
     "train",
     "write_json",
     "write_report",
-    "write_sweep_config",
 ]

@@ -30,7 +30,7 @@ def load_run(run_dir) -> Run:
     document = RunDocument(directory.command(json), json)
     sweep = members = None
     if document.command == "sweep" and (run_dir / "sweep.json").exists():
-        sweep, members = load_sweep(run_dir)
+        sweep, members = load_sweep(run_dir, document.settings)
     trajectories = {
         name: load_trajectory(run_dir, name=name)
         for name in directory.trajectory_names()

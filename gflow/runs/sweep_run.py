@@ -39,7 +39,6 @@ from gflow.runs.config import (
     setting,
 )
 from gflow.runs.distributed import Processes
-from gflow.runs.environment import environment
 from gflow.runs.files import read_json, write_json
 from gflow.runs.flow_run import FlowConfig
 from gflow.runs.job import AbstractJob, Context
@@ -129,11 +128,6 @@ class SweepConfig(AbstractConfig):
             bad("eps", f"must be >= 0 and finite, got {self.eps}")
         positive("threshold", self.threshold)
         at_least("chunk", self.chunk, 1)
-
-    @classmethod
-    def from_dict(cls, settings: dict) -> SweepConfig:
-        """A SweepConfig from JSON-like settings (a run's config.json "config")."""
-        return cls.from_json(settings)
 
     def fingerprint(self) -> str:
         """A hash of the settings that determine the members (not the comparison)."""
@@ -282,26 +276,12 @@ def _add_flow_distances(result, run, loss, model, threshold) -> None:
         rec["flow_final_error"] = cmp["final_error"]
 
 
-def write_sweep_config(run_dir, cfg: SweepConfig) -> None:
-    """Write the run's config.json (resolved configuration, versions)."""
-    write_json(
-        Path(run_dir) / "config.json",
-        {
-            "command": "sweep",
-            "config": dataclasses.asdict(cfg),
-            "environment": environment(),
-        },
-    )
-
-
 def write_sweep_run(run_dir, cfg: SweepConfig, result: SweepComparison) -> Path:
-    """Write sweep.json and (if missing) config.json into ``run_dir``.
+    """Write sweep.json into ``run_dir`` (the driver has written config.json).
 
     The figures are drawn by ``gflow.plotting.figures.sweep_figures``.
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "config.json").exists():
-        write_sweep_config(run_dir, cfg)
     sharp = result.get("sharpness")
     write_json(
         run_dir / "sweep.json",
@@ -325,14 +305,15 @@ def write_sweep_run(run_dir, cfg: SweepConfig, result: SweepComparison) -> Path:
     return run_dir
 
 
-def load_sweep(run_dir) -> tuple[dict, SweepRun | None]:
-    """A ``gflow sweep`` run directory's sweep.json and saved members.
+def load_sweep(run_dir, settings) -> tuple[dict, SweepRun | None]:
+    """A ``gflow sweep`` run directory's sweep.json and saved members
+    (``settings``: its config.json's ``"config"``).
 
     The members are the SweepRun of the saved chunks (losses, times and parameter
     snapshots; ``.member(m)`` gives a Trajectory), or None when none were saved.
     """
     run_dir = Path(run_dir)
-    cfg = SweepConfig.from_dict(read_json(run_dir / "config.json")["config"])
+    cfg = SweepConfig.from_json(settings)
     checkpoint = run_dir / "checkpoint"
     members = None
     if any(checkpoint.glob("members-*.npz")):
