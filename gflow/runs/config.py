@@ -377,6 +377,12 @@ def positive(name: str, value: float) -> None:
         bad(name, f"must be > 0 and finite, got {value}")
 
 
+def non_negative(name: str, value: float) -> None:
+    """ConfigError unless ``value`` is finite and >= 0."""
+    if not (value >= 0 and math.isfinite(value)):
+        bad(name, f"must be >= 0 and finite, got {value}")
+
+
 def at_least(name: str, value: int, low: int) -> None:
     """ConfigError unless ``value`` >= ``low``."""
     if value < low:

@@ -18,6 +18,7 @@ from gflow.runs.config import (
     bad,
     check_flow_solver,
     check_seed,
+    non_negative,
     positive,
     setting,
 )
@@ -29,6 +30,7 @@ from gflow.runs.names import (
     SCHEDULES,
     SOLVERS,
     TRAINING,
+    check_tokenization,
 )
 from gflow.text.corpus import PACKAGED_CORPORA
 from gflow.text.subword import KINDS as SUBWORD_KINDS
@@ -194,21 +196,12 @@ class TrainConfig(AbstractConfig):
             bad("warmup", f"must lie in [0, 1), got {self.warmup}")
         if not 0 <= self.beta < 1:
             bad("beta", f"must lie in [0, 1), got {self.beta}")
-        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
-            bad("weight_decay", f"must be >= 0 and finite, got {self.weight_decay}")
+        non_negative("weight_decay", self.weight_decay)
         at_least("steps", self.steps, 1)
         at_least("num_saves", self.num_saves, 2)
         at_least("segments", self.segments, 1)
         at_least("vocab_size", self.vocab_size, 2)
-        if self.tokenizer not in TOKENIZER_NAMES:
-            bad("tokenizer", f"must be one of {', '.join(TOKENIZER_NAMES)}")
-        if self.whitespace not in WHITESPACE_MODES:
-            bad("whitespace", f"must be one of {', '.join(WHITESPACE_MODES)}")
-        if self.tokenizer in SUBWORD_KINDS and not 32 <= self.vocab_size <= 100_000:
-            bad(
-                "vocab_size",
-                f"a subword vocabulary needs 32-100000 pieces, got {self.vocab_size}",
-            )
+        check_tokenization(self.tokenizer, self.whitespace, self.vocab_size)
         check_seed(self.seed)
         at_least("states", self.states, 2)
         positive("alpha", self.alpha)
