@@ -14,13 +14,10 @@ import dataclasses
 import logging
 import time
 
-import jax
-
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.config import ConfigError
-from gflow.runs.distributed import deal, total
 from gflow.runs.files import read_json
-from gflow.runs.job import AbstractJob, Context, Units
+from gflow.runs.job import AbstractMembersJob, Context, Units
 from gflow.runs.run_dir import RunDirectory, RunFacts
 from gflow.runs.strategies import Strategies, text_strategies
 from gflow.runs.text import run as text_run  # run_text via the module: stubbed
@@ -56,7 +53,7 @@ class TextResult:
     directory: RunDirectory
 
 
-class TextJob(AbstractJob[TextConfig]):
+class TextJob(AbstractMembersJob[TextConfig]):
     """``gflow text``: attention dynamics on natural text."""
 
     command = "text"
@@ -72,8 +69,8 @@ class TextJob(AbstractJob[TextConfig]):
         "attention rows, stages.json (and, for several seeds, stages_summary.json) "
         "and figures. Every run is on the clock t = Σ η_k."
     )
-    splits = True
     saved = "the runs finished so far are saved"
+    unit = "seeds"
 
     def x64(self, cfg: TextConfig) -> bool:
         return cfg.x64
@@ -125,63 +122,61 @@ class TextJob(AbstractJob[TextConfig]):
                 f"tracking {names}"
             )
 
+    def members(self, plan: TextPlan) -> list[int]:
+        return list(plan.cfg.seed_list)
+
     def run(self, plan: TextPlan, directory: RunDirectory, context: Context):
-        cfg, data = plan.cfg, plan.data
         start = time.perf_counter()
-        total_runs = len(cfg.seed_list) * len(cfg.base_names)
-        done = []
+        result = super().run(plan, directory, context)
+        if result is None:
+            return None
+        return dataclasses.replace(result, wall={"runs": time.perf_counter() - start})
+
+    def run_alone(self, plan: TextPlan, directory: RunDirectory, context: Context):
+        """One process: every seed, the runs kept as computed (not read back)."""
+        return TextResult(plan, self._run(plan, directory, context), {}, directory)
+
+    def run_members(self, plan, directory, context, mine: list[int]) -> int:
+        self._run(plan, directory, context, seeds=[plan.cfg.seed_list[i] for i in mine])
+        return 0
+
+    def _run(self, plan: TextPlan, directory: RunDirectory, context: Context, **kw):
+        """``run_text`` with a line per finished run (process 0) and, in one
+        process, the signal watch and a flow's progress (t, step, solver)."""
+        cfg, strategies = plan.cfg, plan.strategies
+        if context.processes is None:
+            method = strategies.method.watched(context.interrupt)
+            method = method if context.quiet else method.shown()
+            strategies = dataclasses.replace(strategies, method=method)
+        done, count = [], len(cfg.seed_list) * len(cfg.base_names)
 
         def report(name, traj, resumed):
             done.append(name)
             if context.main and not context.quiet:
                 how = "read back" if resumed else f"{traj.stats['wall_s']:.1f} s"
-                print(
-                    f"[{len(done)}/{total_runs}] {name} {traj.status} ({how})",
-                    flush=True,
-                )
+                print(f"[{len(done)}/{count}] {name} {traj.status} ({how})", flush=True)
 
-        pieces = RunPieces(directory.path, cfg, data)
-        processes = context.processes
-        if processes is None:
-            method = plan.strategies.method.watched(context.interrupt)
-            if context.main and not context.quiet:  # a flow's t, step and solver
-                method = method.shown()
-            strategies = dataclasses.replace(plan.strategies, method=method)
+        pieces = RunPieces(directory.path, cfg, plan.data)
+        return text_run.run_text(
+            cfg, plan.data, pieces=pieces, report=report, strategies=strategies, **kw
+        )
+
+    def read_members(self, plan, directory, owner, resumed) -> TextResult:
+        pieces = RunPieces(directory.path, plan.cfg, plan.data)
+        try:
             runs = text_run.run_text(
-                cfg, data, pieces=pieces, report=report, strategies=strategies
-            )
-        else:
-            owner = dict(zip(cfg.seed_list, deal(cfg.seeds, processes.count)))
-            mine = [s for s in cfg.seed_list if owner[s] == processes.index]
-            text_run.run_text(
-                cfg,
-                data,
+                plan.cfg,
+                plan.data,
                 pieces=pieces,
-                report=report,
-                seeds=mine,
+                read_only=True,
                 strategies=plan.strategies,
             )
-            total(0, processes)  # every process has saved its runs once this returns
-            jax.distributed.shutdown()  # process 0 goes on alone
-            if not processes.main:
-                return None
-            for p in range(processes.count):
-                seeds = [s for s in cfg.seed_list if owner[s] == p]
-                log.info("seeds from process %d of %d: %s", p, processes.count, seeds)
-            try:
-                runs = text_run.run_text(
-                    cfg,
-                    data,
-                    pieces=pieces,
-                    read_only=True,
-                    strategies=plan.strategies,
-                )
-            except FileNotFoundError as e:
-                raise FileNotFoundError(
-                    f"{e} in {pieces.directory}; put the run directory on a "
-                    "filesystem that every process shares"
-                ) from None
-        return TextResult(plan, runs, {"runs": time.perf_counter() - start}, directory)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(
+                f"{e} in {pieces.directory}; put the run directory on a "
+                "filesystem that every process shares"
+            ) from None
+        return TextResult(plan, runs, {}, directory)
 
     def write(self, result: TextResult, directory: RunDirectory) -> TextResult:
         start = time.perf_counter()

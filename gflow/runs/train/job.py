@@ -4,22 +4,16 @@ step sizes, over one process or several."""
 from __future__ import annotations
 
 import dataclasses
-import logging
-
-import jax
 
 from gflow.runs.config import ConfigError
-from gflow.runs.distributed import deal, total
 from gflow.runs.files import atomic_write_bytes
-from gflow.runs.job import AbstractJob, Context, Units
+from gflow.runs.job import AbstractMembersJob, Context, Units
 from gflow.runs.run_dir import RunDirectory, RunFacts
 from gflow.runs.strategies import train_strategies
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
 from gflow.runs.train.config import TrainRun
 from gflow.runs.train.members import Member, gather, run_members, write_sweep_run
 from gflow.runs.train.run import TrainData, prepare, write_train_run
-
-log = logging.getLogger("gflow")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +41,7 @@ class TrainResult:
         return not self.plan.cfg.sweep.is_sweep and self.processes == 1
 
 
-class TrainJob(AbstractJob[TrainRun]):
+class TrainJob(AbstractMembersJob[TrainRun]):
     """``gflow train``: a Transformer trained with optax; per-head stages."""
 
     command = "train"
@@ -68,7 +62,6 @@ class TrainJob(AbstractJob[TrainRun]):
         "with --resume RUN_DIR. --seeds and --lrs train one member per seed and "
         "step size into one run directory, over several processes with --processes."
     )
-    splits = True
     saved = "the segments finished so far are saved"
 
     def x64(self, cfg: TrainRun) -> bool:
@@ -99,11 +92,15 @@ class TrainJob(AbstractJob[TrainRun]):
                 plan.data.tokenizer.to_json().encode(),
             )
 
-    def run(self, plan: TrainPlan, directory: RunDirectory, context: Context):
-        cfg = plan.cfg
-        if not cfg.sweep.is_sweep and context.processes is None:
-            return self._run_one(plan, directory, context)
-        processes = context.processes
+    def members(self, plan: TrainPlan) -> list[str]:
+        return [name for name, _ in plan.cfg.sweep.members(plan.cfg.base)]
+
+    def run_alone(self, plan: TrainPlan, directory: RunDirectory, context: Context):
+        if plan.cfg.sweep.is_sweep:
+            return super().run_alone(plan, directory, context)
+        return self._run_one(plan, directory, context)
+
+    def run_members(self, plan, directory, context, mine: list[int]) -> int:
         done = []
 
         def finished(name, traj):
@@ -115,26 +112,12 @@ class TrainJob(AbstractJob[TrainRun]):
                     flush=True,
                 )
 
-        resumed = run_members(
-            cfg.base,
-            cfg.sweep,
-            directory.path,
-            processes=processes,
-            finished=finished,
-        )
-        count = 1 if processes is None else processes.count
-        if processes is not None:  # every member is on disk once this returns
-            resumed = total(resumed, processes)
-            jax.distributed.shutdown()  # process 0 goes on alone
-        if not context.main:
-            return None
-        members = cfg.sweep.members(cfg.base)
-        ran: dict[int, list[str]] = {}
-        for (name, _), p in zip(members, deal(len(members), count)):
-            ran.setdefault(p, []).append(name)
-        for p, names in sorted(ran.items()):
-            log.info("members from process %d of %d: %s", p, count, ", ".join(names))
-        runs = gather(cfg.base, cfg.sweep, directory.path, count)
+        cfg = plan.cfg
+        return run_members(cfg.base, cfg.sweep, directory.path, mine, finished)
+
+    def read_members(self, plan, directory, owner, resumed) -> TrainResult:
+        count = max(owner) + 1
+        runs = gather(plan.cfg.base, plan.cfg.sweep, directory.path, count)
         return TrainResult(plan, runs, resumed, count)
 
     def _run_one(self, plan: TrainPlan, directory: RunDirectory, context: Context):

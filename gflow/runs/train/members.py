@@ -28,7 +28,7 @@ from pathlib import Path
 
 from gflow.analysis.head_stages import HeadStage
 from gflow.dynamics.trajectory import Trajectory
-from gflow.runs.distributed import Processes, deal
+from gflow.runs.distributed import deal
 from gflow.runs.files import write_json
 from gflow.runs.text.seeds import summarise_seeds
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
@@ -61,23 +61,18 @@ def run_members(
     cfg: TrainConfig,
     sweep: TrainSweep,
     run_dir,
-    *,
-    processes: Processes | None = None,
+    mine: list[int] | None = None,
     finished=None,
 ) -> int:
-    """Train this process's members into ``run_dir/checkpoint/<name>/``; returns
-    how many segments were read back instead of computed.
-
-    ``finished(name, traj)`` is called after each member.
+    """Train the members at the indices ``mine`` (default: every one) into
+    ``run_dir/checkpoint/<name>/``; returns how many segments were read back
+    instead of computed. ``finished(name, traj)`` is called after each member.
     """
-    processes = processes or Processes()
     members = sweep.members(cfg)
-    owner = deal(len(members), processes.count)
     cache: dict = {}
     resumed = 0
-    for (name, member), p in zip(members, owner):
-        if p != processes.index:
-            continue
+    for i in range(len(members)) if mine is None else mine:
+        name, member = members[i]
         traj = train_run.run_train(
             member, _data(member, cache), checkpoint_dir=_checkpoint(run_dir, name)
         )
