@@ -29,8 +29,8 @@ from gflow.dynamics.solvers import (
     StiffSwitch,
 )
 from gflow.runs.config import ConfigError, bad
-from gflow.runs.sources import InContextSource, MarkovSource
 from gflow.text.fullbatch import FULL_BATCH_RULES
+from gflow.text.sources import InContextSource, MarkovSource
 from gflow.text.strategies import (
     DeepText,
     FixedTokenization,

@@ -41,7 +41,6 @@ from gflow.problems.losses import SequenceLoss, sequence_loss
 from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
 from gflow.runs.files import write_json
 from gflow.runs.names import DATASETS
-from gflow.runs.sources import AbstractSource
 from gflow.runs.strategies import Strategies, train_strategies
 from gflow.runs.train.config import LATER_SETTINGS, TrainConfig
 from gflow.runs.trajectory_files import (
@@ -51,6 +50,7 @@ from gflow.runs.trajectory_files import (
 )
 from gflow.text.corpus import load_corpus
 from gflow.text.observables import observe_saves
+from gflow.text.sources import AbstractSource
 from gflow.text.strategies import AbstractFlowMethod
 from gflow.text.subword import SubwordTokenizer
 from gflow.text.tokenize import Vocabulary

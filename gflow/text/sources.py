@@ -1,6 +1,6 @@
 """The sequence data sets ``gflow train`` samples (``--data markov``, ``--data
-icl-markov``), as objects: what the name table ``DATASETS`` builds from a
-configuration's settings.
+icl-markov``), as objects beside the text corpora: what the name table
+``gflow.runs.DATASETS`` builds from a configuration's settings.
 
 A source gives fresh minibatches (``stream``), the held-out sample, the reference
 losses a run is read against, and the observables of its own task (for in-context
