@@ -2,8 +2,9 @@
 practical optimizer from one init, for one seed or several, over one process or
 several.
 
-Over P processes each runs its share of the seeds and saves every run the moment
-it ends (``gflow.runs.text.pieces``); process 0 reads the others' runs back from
+Over P processes (``gflow.runs.job.AbstractMembersJob``, whose members are the
+seeds here) each runs its share of the seeds and saves every run the moment it ends
+(``gflow.runs.text.pieces``); process 0 reads the others' runs back from
 the shared ``pieces/`` and alone writes the run directory. A run is the same
 program on whichever process runs it, so the runs do not depend on P.
 """

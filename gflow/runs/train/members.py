@@ -7,9 +7,10 @@ training run (``gflow.runs.train_run.run_train``) with its own held-out sample,
 batches and init. A member's segments are checkpointed in ``checkpoint/<name>/``,
 so an interrupted sweep resumes losing only the segments that were running.
 
-Over P processes (``gflow.runs.distributed``) each process runs the members that
-``assign`` gives it and saves their segments in the shared ``checkpoint/``; process
-0 then reads every member back from there (``gather``) and alone writes the files.
+Over P processes (``gflow.runs.job.AbstractMembersJob``) each process runs the
+members that ``deal`` gives it (``run_members``) and saves their segments in the
+shared ``checkpoint/``; process 0 then reads every member back from there
+(``gather``) and alone writes the files.
 A member is the same program, with the same inputs, on whichever process runs it,
 so its result does not depend on P.
 
