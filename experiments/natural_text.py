@@ -434,9 +434,10 @@ def findings(settings: Settings, results: dict, wall: float, load: str) -> str:
                 + "."
             )
         if r["stages"]:
-            from gflow.runs.text import stages_table
+            from gflow.runs.text import SeedSummary, stages_table
 
-            lines += ["", "```", stages_table(r["stages"]), "```"]
+            table = stages_table(SeedSummary.from_json(r["stages"]))
+            lines += ["", "```", table, "```"]
         lines.append("")
     return "\n".join(lines)
 

@@ -485,7 +485,6 @@ def _refuse_to_run(*args, **kwargs):
 # fails the example at once (instead of after a compilation and a run).
 RUNS = [
     ("gflow.runs.flow_run", "run_flow"),
-    ("gflow.runs.sweep_run", "run_sweep_config"),
     ("gflow.runs.sweep_run", "run_sweep_members"),
     ("gflow.dynamics.optimizer_run", "run_optimizer"),
     ("gflow.runs.text.run", "run_text"),

@@ -185,9 +185,10 @@ def test_process_options_refuse_bad_values_in_one_line(tmp_path, capsys, tail, w
 
 
 def test_a_resumed_run_keeps_its_chunks(tmp_path, capsys):
-    from gflow.runs import SweepConfig, write_sweep_config
+    from gflow.runs import RunDirectory, SweepConfig, environment
 
-    write_sweep_config(tmp_path, SweepConfig())  # 4 step sizes in one chunk of 4
+    # 4 step sizes in one chunk of 4, a run that has started
+    RunDirectory(tmp_path).write_config("sweep", SweepConfig(), environment())
     assert main(["sweep", "--resume", str(tmp_path), "--processes", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--processes 2: the 4 step sizes make 1 chunk" in err[0]

@@ -9,6 +9,7 @@ fails for a name that no test file imports from gflow (or reaches as ``gflow.X``
 import ast
 import dataclasses
 import importlib
+import json
 import pkgutil
 from pathlib import Path
 
@@ -456,6 +457,7 @@ def test_a_job_splits_into_its_units_and_runs_in_its_context(tmp_path):
         ConfigError,
         Context,
         RunDirectory,
+        RunFacts,
         Units,
         setting,
     )
@@ -478,7 +480,7 @@ def test_a_job_splits_into_its_units_and_runs_in_its_context(tmp_path):
             return plan
 
         def write(self, result, directory):
-            pass
+            return result
 
         def summary(self, result):
             return f"{result.n} units"
@@ -489,7 +491,7 @@ def test_a_job_splits_into_its_units_and_runs_in_its_context(tmp_path):
         job.check_processes(N(), 5, "--processes", resumed=False)
     result = job.run(job.plan(N(n=4)), RunDirectory(tmp_path), Context())
     assert job.summary(result) == "4 units"
-    assert Context().main and job.succeeded(result) and job.config_extras(N()) == {}
+    assert Context().main and job.succeeded(result) and job.facts(N()) == RunFacts()
     assert TrainJob.command == "train" and TrainJob.config_type is TrainRun
 
 
@@ -501,16 +503,18 @@ def _seed_stages(t0):
 
 
 def test_stage_times_over_seeds_are_summarised_and_tabled():
-    from gflow.runs.text import stages_table, summarise_seeds
+    from gflow.runs.text import SeedSummary, stages_table, summarise_seeds
 
     groups = {"gd": {0: _seed_stages(1.0), 1: _seed_stages(3.0), 2: {"why": "nan"}}}
     out = summarise_seeds(groups, [0, 1, 2])
-    (row,) = out["runs"]["gd"]["stages"]
-    assert row["found"] == 2
-    assert row["t_start"]["per_seed"] == [1.0, 3.0, None]
-    assert row["t_start"]["mean"] == pytest.approx(2.0)
-    assert row["t_end"]["mean"] == pytest.approx(3.0)
-    assert out["runs"]["gd"]["unavailable"] == {"2": "nan"}
+    (row,) = out.runs["gd"].stages
+    assert row.found == 2 and row.stage == "copy"
+    assert row.t_start.per_seed == (1.0, 3.0, None)
+    assert row.t_start.mean == pytest.approx(2.0)
+    assert row.t_end.mean == pytest.approx(3.0)
+    assert out.runs["gd"].unavailable == {"2": "nan"}
+    # stages_summary.json is the summary as JSON, and reads back as it
+    assert SeedSummary.from_json(json.loads(json.dumps(dataclasses.asdict(out)))) == out
     table = stages_table(out)
     assert table.splitlines()[0].startswith("stage times over 3 seeds")
     assert "2/3" in table and "2 ± " in table

@@ -8,7 +8,15 @@ import pytest
 
 from gflow import load_run
 from gflow.cli import main
-from gflow.runs import ConfigError, FlowConfig, Run, RunDirectory, SweepConfig
+from gflow.runs import (
+    ConfigError,
+    FlowConfig,
+    Run,
+    RunDirectory,
+    RunDocument,
+    RunFacts,
+    SweepConfig,
+)
 
 TINY = [
     "--quiet",
@@ -97,6 +105,28 @@ def test_load_run_is_typed_and_reads_as_before(finished):
     assert run["flow"] is run.trajectories["flow"]
     assert run["config"]["command"] == "flow" and run.config["t1"] == 1.0
     assert set(run) == {"config", "flow"}
+    assert isinstance(run.document, RunDocument) and run.document.started
+    facts = run.document.facts
+    assert facts.references == run["config"]["references"] and facts.members is None
+
+
+def test_the_document_reader_knows_every_version(tmp_path):
+    """One reader: a launcher's config.json (no environment yet) is launched, not
+    started; a directory of a gflow that wrote no "command" is known by its files;
+    the facts a job records are written when known and left out when None."""
+    run = RunDirectory(tmp_path / "launched")
+    run.write_config("sweep", SweepConfig(), environment=None)
+    doc = run.read()
+    assert doc.command == "sweep" and doc.launched and not doc.started
+    assert "references" not in doc.json and "members" not in doc.json
+    run.write_config("flow", FlowConfig(), {"x64": True}, RunFacts(d_vocab=4))
+    doc = run.read()
+    assert doc.started and not doc.launched and doc.facts == RunFacts(d_vocab=4)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps({"config": {}}))
+    (old / "sweep.json").write_text("{}")
+    assert RunDirectory(old).read().command == "sweep"
 
 
 def test_a_directory_made_for_a_refused_run_is_removed(tmp_path, capsys):

@@ -20,8 +20,8 @@ from gflow.dynamics import (
     RMSProp,
     WarmupCosine,
 )
-from gflow.runs import METHODS, MODELS, OPTIMIZERS, SCHEDULES, TOKENIZERS
-from gflow.runs.text import TextConfig, TextStrategies, text_strategies
+from gflow.runs import METHODS, MODELS, OPTIMIZERS, SCHEDULES, TOKENIZERS, Strategies
+from gflow.runs.text import TextConfig, text_strategies
 from gflow.text import (
     TOKENIZERS as FIXED_TOKENIZERS,
 )
@@ -118,7 +118,7 @@ def test_optimizers_take_the_settings_they_have():
 def test_text_strategies_are_built_from_the_names_once():
     cfg = TextConfig(corpus="x", optimizer="adamw", weight_decay=0.3, opt_steps=10)
     got = text_strategies(cfg)
-    assert isinstance(got, TextStrategies)
+    assert isinstance(got, Strategies)
     assert got.model == OneLayerText(d_model=32, init_scale=1e-3, context=32)
     assert isinstance(got.method, FullBatchGD) and got.method.lr == cfg.lr
     assert got.optimizer == AdamW(weight_decay=0.3)

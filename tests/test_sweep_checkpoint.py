@@ -98,7 +98,7 @@ def test_sweep_config_round_trips_through_json_and_resume_errors(tmp_path, capsy
     from gflow.runs import SweepConfig
 
     cfg = SweepConfig(optimizer="momentum", lrs=(0.3, 0.1), chunk=3, beta=0.5)
-    back = SweepConfig.from_dict(json.loads(json.dumps(dataclasses.asdict(cfg))))
+    back = SweepConfig.from_json(json.loads(json.dumps(dataclasses.asdict(cfg))))
     assert back == cfg and back.fingerprint() == cfg.fingerprint()
     # the members do not depend on the reference, so neither does the fingerprint
     modified = dataclasses.replace(cfg, threshold=0.5)
@@ -114,12 +114,12 @@ def test_sweep_config_round_trips_through_json_and_resume_errors(tmp_path, capsy
 
 def test_load_run_gives_a_sweep_back(sgd_setup, tmp_path):
     from gflow import load_run
-    from gflow.runs import FlowConfig, SweepConfig, write_json, write_sweep_config
+    from gflow.runs import FlowConfig, RunDirectory, SweepConfig, write_json
 
     # the configuration of sgd_setup's chain and model, so nothing recompiles
     flow = FlowConfig(pi=(0.6, 0.3, 0.1), lam=0.5, d_model=3, init_scale=0.3, seed=1)
     cfg = SweepConfig(lrs=(0.2, 0.1, 0.05), t1=1.0, num_saves=5, chunk=2, flow=flow)
-    write_sweep_config(tmp_path, cfg)
+    RunDirectory(tmp_path).write_config("sweep", cfg, environment=None)
     loss, model, opt = sgd_setup
     np.testing.assert_array_equal(flow.model().W_Q, model.W_Q)
     run = run_sweep_resumable(

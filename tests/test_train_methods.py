@@ -14,10 +14,9 @@ import pytest
 
 import gflow
 from gflow.problems import MarkovChain, Transformer
-from gflow.runs import ConfigError
+from gflow.runs import ConfigError, Strategies
 from gflow.runs.train import (
     TrainConfig,
-    TrainStrategies,
     prepare,
     run_train,
     train_strategies,
@@ -154,7 +153,7 @@ def test_the_population_flow_is_the_flow_of_the_population_loss(tmp_path):
 def test_strategies_name_the_model_and_the_method():
     cfg = TrainConfig(model="attention", max_len=64, layers=1, heads=1, batch=0)
     strategies = train_strategies(cfg)
-    assert isinstance(strategies, TrainStrategies)
+    assert isinstance(strategies, Strategies)
     assert isinstance(strategies.model, OneLayerText)
     assert strategies.model.positions == 64  # learned positions: max_len
     method = strategies.method

@@ -5,7 +5,7 @@ from gflow.cli.main import build_parser as build_parser
 from gflow.cli.main import main as main
 
 # Refusals: a bad command line or config file, said in one line (exit status 2).
-from gflow.cli.errors import UsageError as UsageError
+from gflow.cli.common import UsageError as UsageError
 
 # Option types, config files and the options a job is run with.
 from gflow.cli.common import floats as floats
@@ -16,7 +16,7 @@ from gflow.cli.common import run_dir_arg as run_dir_arg
 from gflow.cli.options import resolve as resolve
 
 # Several processes: the coordinator's address, a free local port.
-from gflow.cli.launch import free_port as free_port
+from gflow.cli.processes import free_port as free_port
 from gflow.cli.processes import coordinator_address as coordinator_address
 
 # The persistent compilation cache: its folder, and switching it on.

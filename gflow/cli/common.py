@@ -1,4 +1,4 @@
-"""Helpers shared by the command modules."""
+"""What the command modules share: the one-line error, option types, the log."""
 
 from __future__ import annotations
 
@@ -6,6 +6,16 @@ import argparse
 import datetime
 import os
 from pathlib import Path
+
+from gflow.runs.config import ConfigError
+
+
+class UsageError(ConfigError):
+    """A bad option or setting from the user: the message names it and the fix.
+
+    A ``ConfigError`` raised by a configuration reads the same way; the command
+    line prints either in one line, exit status 2.
+    """
 
 
 def default_out(command: str) -> Path:

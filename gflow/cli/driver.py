@@ -17,8 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gflow.cli.common import start_log
-from gflow.cli.errors import UsageError
+from gflow.cli.common import UsageError, start_log
 from gflow.cli.options import Request, resolve
 from gflow.cli.processes import Plan, check_run_dir, plan
 from gflow.runs.job import AbstractJob, Context
@@ -42,7 +41,7 @@ def _program_cache(args):
 def _launch(job: AbstractJob, request: Request, how: Plan, args) -> int:
     """``--processes N``: config.json first (no JAX in this process), then N
     workers that continue the run from it."""
-    from gflow.cli.launch import launch
+    from gflow.cli.processes import launch
 
     directory = RunDirectory(request.out)
     if not request.resumed and not directory.accept(job.command, request.cfg):
@@ -113,12 +112,12 @@ def execute(job: AbstractJob, args, figures: Figures | None = None) -> int:
         if context.main:
             planned = job.plan(cfg)
             start_log(directory.path)
-            doc = directory.document() if directory.has_config() else {}
-            if doc.get("environment") is None:  # new, or begun by a launcher
+            # new, or begun by a launcher
+            if not (directory.has_config() and directory.read().started):
                 from gflow.runs.environment import environment
 
                 directory.write_config(
-                    job.command, cfg, environment(), **job.config_extras(planned)
+                    job.command, cfg, environment(), job.facts(planned)
                 )
             job.start(planned, directory, context)
         if processes is not None:
@@ -133,7 +132,7 @@ def execute(job: AbstractJob, args, figures: Figures | None = None) -> int:
         result = job.run(planned, directory, context)
         if not context.main:
             return 0
-        job.write(result, directory)
+        result = job.write(result, directory)
         if figures is not None and not args.no_figures:
             figures(directory.path, result)
     lines = job.summary(result).rstrip("\n").split("\n")

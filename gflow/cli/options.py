@@ -12,9 +12,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
-from gflow.cli.common import add_out_option, default_out, floats, run_dir_arg
-from gflow.cli.errors import UsageError
+from gflow.cli.common import (
+    UsageError,
+    add_out_option,
+    default_out,
+    floats,
+    run_dir_arg,
+)
 from gflow.cli.processes import add_process_options
 from gflow.runs.config import AbstractConfig, ConfigError, Option
 from gflow.runs.job import AbstractJob
@@ -86,20 +92,16 @@ def add_options(parser, job: AbstractJob) -> None:
         add_process_options(parser)
 
 
-def given(args, job: AbstractJob) -> dict:
-    """The settings the options gave: dotted field path -> value."""
-    out = {}
+def given(args, job: AbstractJob) -> list[tuple[Option, Any]]:
+    """The options given and their values."""
+    out = []
     for opt in job.config_type.options():
         value = getattr(args, opt.path, None)
         if isinstance(value, str) and opt.kind == tuple[str]:
             value = opt.parse(value)  # a list of strings, given as one
         if value is not None:
-            out[opt.path] = value
+            out.append((opt, value))
     return out
-
-
-def _flag_of(job: AbstractJob) -> dict[str, str]:
-    return {o.path: o.flag for o in job.config_type.options()}
 
 
 def load_config_file(
@@ -152,30 +154,32 @@ def resolve(job: AbstractJob, args) -> Request:
     fine), and the run continues bit for bit.
     """
     options = given(args, job)
-    job.config_type.check_given(set(options))
+    paths = {opt.path: value for opt, value in options}
+    job.config_type.check_given(set(paths))
     if args.resume is not None:
         if args.config is not None:
             raise UsageError("give --resume or --config, not both")
         directory = RunDirectory(args.resume)
         saved = directory.read_config(job.config_type, job.command, "--resume")
-        flags = _flag_of(job)
-        changed = {p: v for p, v in options.items() if saved.setting_at(p) != v}
-        drop = [flags[p] for p in changed]
+        changed = [o for o, v in options if saved.setting_at(o.path) != v]
+        drop = [o.flag for o in changed]
         if args.out is not None and Path(args.out) != Path(args.resume):
             drop.append("--out")  # a resumed run stays in its directory
         if drop:
-            had = ", ".join(f"{p} = {_shown(saved.setting_at(p))}" for p in changed)
+            had = ", ".join(
+                f"{o.path} = {_shown(saved.setting_at(o.path))}" for o in changed
+            )
             raise UsageError(
                 f"--resume continues a run as configured; drop {', '.join(drop)}"
                 + (f" (the run has {had})" if had else "")
             )
         return Request(
-            job.resume(saved, directory), Path(args.resume), True, frozenset(options)
+            job.resume(saved, directory), Path(args.resume), True, frozenset(paths)
         )
     base = {} if args.config is None else load_config_file(args.config, job.config_type)
     try:
-        cfg = job.config_type.with_options(base, options)
+        cfg = job.config_type.with_options(base, paths)
     except ConfigError as e:
         raise UsageError(str(e)) from None
     out = Path(args.out) if args.out is not None else default_out(job.command)
-    return Request(cfg, out, False, frozenset(options) | frozenset(base))
+    return Request(cfg, out, False, frozenset(paths) | frozenset(base))

@@ -47,8 +47,13 @@ from gflow.runs.distributed import deal as deal
 from gflow.runs.program_cache import ProgramCache as ProgramCache
 from gflow.runs.program_cache import describe as describe
 
+# Where a run's names become objects, once.
+from gflow.runs.strategies import Strategies as Strategies
+
 # Jobs over run directories.
 from gflow.runs.run_dir import Run as Run
+from gflow.runs.run_dir import RunDocument as RunDocument
+from gflow.runs.run_dir import RunFacts as RunFacts
 from gflow.runs.run_dir import RunDirectory as RunDirectory
 from gflow.runs.job import AbstractJob as AbstractJob
 from gflow.runs.job import Context as Context
@@ -61,7 +66,6 @@ from gflow.runs.sweep_run import SweepConfig as SweepConfig
 from gflow.runs.sweep_run import SweepJob as SweepJob
 from gflow.runs.sweep_run import check_reference as check_reference
 from gflow.runs.sweep_run import reference_of as reference_of
-from gflow.runs.sweep_run import write_sweep_config as write_sweep_config
 
 # Reading runs back, and the report.
 from gflow.runs.load import load_run as load_run
@@ -95,8 +99,11 @@ __all__ = [
     "Processes",
     "ProgramCache",
     "Run",
+    "RunDocument",
+    "RunFacts",
     "RunDirectory",
     "SweepConfig",
+    "Strategies",
     "SweepJob",
     "Units",
     "assign",
@@ -124,5 +131,4 @@ __all__ = [
     "train",
     "write_json",
     "write_report",
-    "write_sweep_config",
 ]

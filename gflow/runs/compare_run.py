@@ -96,7 +96,7 @@ class ComparePlan:
     pi: np.ndarray  # the chain's stationary distribution, float64 [d]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class CompareResult:
     """The optimizer run, the flow at its times, and their comparison (a dict of
     distances per block, loss gap, attention drift, departure time); the central
@@ -169,20 +169,16 @@ class CompareJob(AbstractJob[CompareConfig]):
             interrupt=context.interrupt,
         )
         pi = plan.pi
-        result = CompareResult(
-            plan, traj, flow, compare(traj, flow, threshold=cfg.threshold, pi=pi)
+        comparison = compare(traj, flow, threshold=cfg.threshold, pi=pi)
+        if plan.reference is None:
+            return CompareResult(plan, traj, flow, comparison)
+        (central,) = plan.reference.solve(
+            plan.loss, plan.model, [traj.t[:n]], [cfg.lr], plan.observables
         )
-        if plan.reference is not None:
-            (central,) = plan.reference.solve(
-                plan.loss, plan.model, [traj.t[:n]], [cfg.lr], plan.observables
-            )
-            result.central = central
-            result.central_comparison = compare(
-                traj, central, threshold=cfg.threshold, pi=pi
-            )
-        return result
+        central_comparison = compare(traj, central, threshold=cfg.threshold, pi=pi)
+        return CompareResult(plan, traj, flow, comparison, central, central_comparison)
 
-    def write(self, result: CompareResult, directory: RunDirectory) -> None:
+    def write(self, result: CompareResult, directory: RunDirectory) -> CompareResult:
         cfg, cmp, out = result.plan.cfg, result.comparison, directory.path
         save_trajectory(out, result.optimizer, name="optimizer")
         save_trajectory(out, result.flow, name="flow")
@@ -211,6 +207,7 @@ class CompareJob(AbstractJob[CompareConfig]):
                 "environment": environment(),
             },
         )
+        return result
 
     def summary(self, result: CompareResult) -> str:
         cfg, cmp = result.plan.cfg, result.comparison

@@ -19,7 +19,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from typing import Any, ClassVar, TypeVar
 
@@ -194,6 +194,10 @@ class AbstractConfig:
     #: read from, permissions): left out of ``fingerprint`` and of the comparison
     #: of a resumed run with its options.
     not_results: ClassVar[tuple[str, ...]] = ()
+    #: (config.json key, field) of a configuration whose fields are themselves
+    #: configurations, each written under its own key; empty: the settings are
+    #: ``"config"``.
+    sections: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __post_init__(self):
         self.check()
@@ -202,27 +206,34 @@ class AbstractConfig:
         """Raise ``ConfigError`` for a bad setting (a subclass's rules)."""
 
     @classmethod
-    def complete(cls, settings: dict) -> dict:
-        """Settings derived from the others before construction (default: none)."""
-        return settings
+    def complete(cls, settings: dict) -> None:
+        """Set, in ``settings``, those derived from the others before construction
+        (default: none)."""
 
     @classmethod
     def check_given(cls, given: AbstractSet[str]) -> None:
         """ConfigError for options that make no sense together (``given``: the
         dotted paths of the settings the user gave); default: none."""
 
-    def to_document(self) -> dict:
-        """What config.json holds of the configuration: ``{"config": ...}``."""
-        return {"config": self.to_json()}
+    def document(self) -> Iterator[tuple[str, Any]]:
+        """What config.json holds of the configuration, (key, JSON value) pairs:
+        ``"config"`` and the settings, or one key per ``sections`` entry."""
+        if not self.sections:
+            yield "config", self.to_json()
+        for key, name in self.sections:
+            yield key, getattr(self, name).to_json()
 
     @classmethod
     def document_settings(cls, doc: dict) -> Any:
-        """The settings in a config.json document (``doc["config"]``)."""
-        return doc.get("config")
-
-    @classmethod
-    def hints(cls) -> dict[str, Any]:
-        return typing.get_type_hints(cls)
+        """The settings in a config.json document: ``doc["config"]``, or the
+        ``sections`` gathered (``"config"`` as it is, any other absent one at its
+        defaults: a gflow before that section wrote none)."""
+        if not cls.sections:
+            return doc.get("config")
+        return {
+            name: doc.get(key) if key == "config" else doc.get(key) or {}
+            for key, name in cls.sections
+        }
 
     @classmethod
     def check_json(cls, data, source: str, prefix: str = "") -> None:
@@ -233,7 +244,7 @@ class AbstractConfig:
                 f"{source} must hold a JSON object of settings, got "
                 f"{json.dumps(data)[:40]}"
             )
-        hints = cls.hints()
+        hints = typing.get_type_hints(cls)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -259,15 +270,18 @@ class AbstractConfig:
         at their defaults); ConfigError for unknown keys, wrong JSON types and bad
         values."""
         cls.check_json(data, source)
-        hints = cls.hints()
+        hints = typing.get_type_hints(cls)
         values = {k: _from_json_value(v, hints[k]) for k, v in data.items()}
         return cls.build(values)
 
     @classmethod
     def build(cls: type[C], settings: dict) -> C:
-        """``cls(**complete(settings))``, every failure a ConfigError."""
+        """``cls(**settings)`` once ``complete`` has derived what it derives, every
+        failure a ConfigError."""
         try:
-            return cls(**cls.complete(dict(settings)))
+            settings = dict(settings)
+            cls.complete(settings)
+            return cls(**settings)
         except ConfigError:
             raise
         except (TypeError, ValueError) as e:
@@ -277,20 +291,20 @@ class AbstractConfig:
         """The settings as a JSON object (nested configurations as objects)."""
         return dataclasses.asdict(self)
 
-    def results_json(self) -> dict:
-        """``to_json`` less the ``not_results`` settings, as JSON would read back
-        (tuples as lists): what two runs must share to compute the same thing."""
+    def results_text(self) -> str:
+        """``to_json`` less the ``not_results`` settings, as sorted JSON text: what
+        two runs must share to compute the same thing."""
         data = {k: v for k, v in self.to_json().items() if k not in self.not_results}
-        return json.loads(json.dumps(data, default=str))
+        return json.dumps(data, sort_keys=True, default=str)
 
     def fingerprint(self) -> str:
-        """A hash of the settings that determine the results (``results_json``)."""
-        text = json.dumps(self.results_json(), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        """A hash of the settings that determine the results (``results_text``)."""
+        return hashlib.sha256(self.results_text().encode()).hexdigest()[:16]
 
     def differences(self, other: AbstractConfig) -> list[str]:
         """The dotted names of the result settings in which ``other`` differs."""
-        mine, theirs = _flatten(self.results_json()), _flatten(other.results_json())
+        mine = dict(_leaves(json.loads(self.results_text())))
+        theirs = dict(_leaves(json.loads(other.results_text())))
         return sorted(
             k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)
         )
@@ -299,7 +313,7 @@ class AbstractConfig:
     def options(cls, prefix: str = "") -> list[Option]:
         """The command-line options of the fields made with a ``help``, nested
         configurations' chosen fields included."""
-        hints = cls.hints()
+        hints = typing.get_type_hints(cls)
         out = []
         for f in dataclasses.fields(cls):
             meta = f.metadata
@@ -348,20 +362,25 @@ class AbstractConfig:
         return out
 
 
-def _flatten(data: dict, prefix: str = "") -> dict:
-    out = {}
+def _leaves(data: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of every value in nested JSON objects."""
     for k, v in data.items():
         if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
+            yield from _leaves(v, f"{prefix}{k}.")
         else:
-            out[prefix + k] = v
-    return out
+            yield prefix + k, v
 
 
 def positive(name: str, value: float) -> None:
     """ConfigError unless ``value`` is finite and > 0."""
     if not (value > 0 and math.isfinite(value)):
         bad(name, f"must be > 0 and finite, got {value}")
+
+
+def non_negative(name: str, value: float) -> None:
+    """ConfigError unless ``value`` is finite and >= 0."""
+    if not (value >= 0 and math.isfinite(value)):
+        bad(name, f"must be >= 0 and finite, got {value}")
 
 
 def at_least(name: str, value: int, low: int) -> None:

@@ -31,7 +31,7 @@ from gflow.runs.files import write_json
 from gflow.runs.job import AbstractJob, Context
 from gflow.runs.names import SOLVERS
 from gflow.runs.resumable_flow import solve_flow_resumable
-from gflow.runs.run_dir import RunDirectory
+from gflow.runs.run_dir import RunDirectory, RunFacts
 from gflow.runs.trajectory_files import save_trajectory
 
 #: copies of the parameter vector a solve holds at once, at the least (Tsit5's
@@ -201,13 +201,13 @@ def write_flow_run(run_dir, cfg: FlowConfig, traj: Trajectory) -> list[Stage]:
     return stages
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class FlowResult:
     """A finished ``gflow flow``: its configuration, trajectory and stages."""
 
     cfg: FlowConfig
     trajectory: Trajectory
-    stages: list[Stage] = dataclasses.field(default_factory=list)
+    stages: tuple[Stage, ...] = ()
 
 
 class FlowJob(AbstractJob[FlowConfig]):
@@ -226,14 +226,10 @@ class FlowJob(AbstractJob[FlowConfig]):
     def plan(self, cfg: FlowConfig) -> FlowConfig:
         return cfg
 
-    def config_extras(self, cfg: FlowConfig) -> dict:
+    def facts(self, cfg: FlowConfig) -> RunFacts:
         chain = cfg.chain()
-        return {
-            "references": {
-                "unigram_loss": chain.unigram_loss,
-                "bayes_loss": chain.bayes_loss,
-            }
-        }
+        losses = {"unigram_loss": chain.unigram_loss, "bayes_loss": chain.bayes_loss}
+        return RunFacts(references=losses)
 
     def run(self, cfg: FlowConfig, directory: RunDirectory, context: Context):
         traj = run_flow(
@@ -245,8 +241,9 @@ class FlowJob(AbstractJob[FlowConfig]):
         )
         return FlowResult(cfg, traj)
 
-    def write(self, result: FlowResult, directory: RunDirectory) -> None:
-        result.stages = write_flow_run(directory.path, result.cfg, result.trajectory)
+    def write(self, result: FlowResult, directory: RunDirectory) -> FlowResult:
+        stages = write_flow_run(directory.path, result.cfg, result.trajectory)
+        return dataclasses.replace(result, stages=tuple(stages))
 
     def summary(self, result: FlowResult) -> str:
         traj, cfg = result.trajectory, result.cfg

@@ -6,31 +6,37 @@ writes one ``train`` against an abstract optimiser:
 
 1. ``plan(cfg)`` turns the configuration's names into objects, once (the chain,
    the loss, the model, the solver or optimizer, the data set);
-2. the driver writes ``config.json`` (the configuration and ``config_extras``),
+2. the driver writes ``config.json`` (the configuration and the run's ``facts``),
    then ``start`` writes what else is known before the run;
 3. ``run(plan, directory, context)`` computes, checkpointing into the directory;
-4. ``write(result, directory)`` writes the run's files;
+4. ``write(result, directory)`` writes the run's files and returns the result
+   with what writing found (the stages);
 5. ``summary(result)`` is the line the command prints; ``succeeded(result)`` its
    exit status.
 
-A job that can be split over processes says into how many units (``units``).
+A job that can be split over processes says into how many units (``units``);
+``AbstractMembersJob`` is the family of jobs whose units are members saved one by
+one (``gflow text``'s seeds, ``gflow train``'s sweep), with one way to run them
+over processes and read them back.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import logging
 import sys
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any, ClassVar, Generic, TypeVar
 
 from gflow.runs.config import AbstractConfig, ConfigError
-from gflow.runs.distributed import Processes
+from gflow.runs.distributed import Processes, deal, total
 from gflow.runs.program_cache import ProgramCache
-from gflow.runs.run_dir import RunDirectory
+from gflow.runs.run_dir import RunDirectory, RunFacts
 
 C = TypeVar("C", bound=AbstractConfig)
+log = logging.getLogger("gflow")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,10 +132,10 @@ class AbstractJob(abc.ABC, Generic[C]):
     def plan(self, cfg: C) -> Any:
         """The objects of the run: every name of ``cfg`` turned into its object."""
 
-    def config_extras(self, plan: Any) -> dict:
+    def facts(self, plan: Any) -> RunFacts:
         """What config.json holds besides the configuration (reference losses,
         the vocabulary size, the members' names)."""
-        return {}
+        return RunFacts()
 
     def start(self, plan: Any, directory: RunDirectory, context: Context) -> None:
         """Write what the run knows before it runs, besides config.json (a text
@@ -141,8 +147,9 @@ class AbstractJob(abc.ABC, Generic[C]):
         that does not write (the others' results are gathered by process 0)."""
 
     @abc.abstractmethod
-    def write(self, result: Any, directory: RunDirectory) -> None:
-        """Write the run's files (trajectories, stages, the command's JSON)."""
+    def write(self, result: Any, directory: RunDirectory) -> Any:
+        """Write the run's files (trajectories, stages, the command's JSON);
+        return ``result`` with what writing found (the stages)."""
 
     @abc.abstractmethod
     def summary(self, result: Any) -> str:
@@ -151,3 +158,62 @@ class AbstractJob(abc.ABC, Generic[C]):
     def succeeded(self, result: Any) -> bool:
         """Whether the run ended well (exit status 0)."""
         return True
+
+
+class AbstractMembersJob(AbstractJob[C]):
+    """A job of members saved one by one, in one process or several.
+
+    Over P processes each runs the members that ``deal`` gives it and saves each
+    in the run directory, which they share, the moment it ends; process 0 then
+    reads every member back from there and alone writes the run. A member is the
+    same program on whichever process runs it, so the results do not depend on P,
+    and an interrupted run resumes from the members (or their pieces) on disk.
+    """
+
+    splits = True
+    #: What a member is, as the log names them (``members``, ``seeds``).
+    unit: ClassVar[str] = "members"
+
+    @abc.abstractmethod
+    def members(self, plan: Any) -> list:
+        """The members, in order (names, or the seeds of a text run)."""
+
+    @abc.abstractmethod
+    def run_members(
+        self, plan: Any, directory: RunDirectory, context: Context, mine: list[int]
+    ) -> int:
+        """Run the members at the indices ``mine``, each saved as it ends; return
+        how many pieces were read back instead of computed."""
+
+    @abc.abstractmethod
+    def read_members(
+        self, plan: Any, directory: RunDirectory, owner: list[int], resumed: int
+    ) -> Any:
+        """The result, every member read back from ``directory`` (``owner``: the
+        process that ran each; ``resumed``: pieces read back over all processes);
+        FileNotFoundError naming a member that is not there."""
+
+    def run_alone(self, plan: Any, directory: RunDirectory, context: Context) -> Any:
+        """The run in one process: every member, then read back."""
+        everyone = list(range(len(self.members(plan))))
+        resumed = self.run_members(plan, directory, context, everyone)
+        return self.read_members(plan, directory, [0] * len(everyone), resumed)
+
+    def run(self, plan: Any, directory: RunDirectory, context: Context) -> Any:
+        processes = context.processes
+        if processes is None:
+            return self.run_alone(plan, directory, context)
+        members = self.members(plan)
+        owner = deal(len(members), processes.count)
+        mine = [i for i, p in enumerate(owner) if p == processes.index]
+        resumed = self.run_members(plan, directory, context, mine)
+        resumed = total(resumed, processes)  # every member is on disk after this
+        import jax
+
+        jax.distributed.shutdown()  # process 0 goes on alone
+        if not processes.main:
+            return None
+        for p in range(processes.count):
+            ran = ", ".join(str(m) for m, o in zip(members, owner) if o == p)
+            log.info("%s from process %d of %d: %s", self.unit, p, processes.count, ran)
+        return self.read_members(plan, directory, owner, resumed)

@@ -28,9 +28,9 @@ from gflow.dynamics.solvers import (
     SplitRKC2,
     StiffSwitch,
 )
-from gflow.runs.config import ConfigError
-from gflow.runs.sources import InContextSource, MarkovSource
+from gflow.runs.config import ConfigError, bad
 from gflow.text.fullbatch import FULL_BATCH_RULES
+from gflow.text.sources import InContextSource, MarkovSource
 from gflow.text.strategies import (
     DeepText,
     FixedTokenization,
@@ -41,6 +41,7 @@ from gflow.text.strategies import (
     SubwordTokenization,
 )
 from gflow.text.subword import KINDS as _SUBWORD_KINDS
+from gflow.text.subword import WHITESPACE_MODES
 from gflow.text.tokenize import TOKENIZERS as _FIXED_TOKENIZERS
 
 T = TypeVar("T")
@@ -214,6 +215,21 @@ TOKENIZERS = NameTable(
         **dict.fromkeys(_SUBWORD_KINDS, SubwordTokenization.from_settings),
     },
 )
+
+
+def check_tokenization(tokenizer: str, whitespace: str, vocab_size: int) -> None:
+    """ConfigError for a tokeniser of ``gflow text`` or ``gflow train`` that cannot
+    cut a corpus: an unknown name or whitespace mode, or a subword vocabulary
+    outside 32-100000 pieces."""
+    TOKENIZERS.check("tokenizer", tokenizer)
+    if whitespace not in WHITESPACE_MODES:
+        bad("whitespace", f"must be one of {', '.join(WHITESPACE_MODES)}")
+    if tokenizer in _SUBWORD_KINDS and not 32 <= vocab_size <= 100_000:
+        bad(
+            "vocab_size",
+            f"a subword vocabulary needs 32-100000 pieces, got {vocab_size}",
+        )
+
 
 #: The sequence data sets ``gflow train`` samples by name (any other ``--data`` is
 #: a text file or folder): the paper's chain and in-context Markov chains.

@@ -92,7 +92,7 @@ def render_report(run_dir) -> str:
         )
     cfg = read_json(run_dir / "config.json")
     directory = RunDirectory(run_dir)
-    command = directory.command(cfg) if isinstance(cfg, dict) else None
+    command = directory.command(cfg)
     parts = [
         f"<h1>gflow {html.escape(str(command or 'run'))}: "
         f"{html.escape(run_dir.name)}</h1>"

@@ -256,7 +256,9 @@ def run_sweep_resumable(
     return concatenate(runs, info)
 
 
-def _gathered(store: PieceStore, i: int, lrs: np.ndarray, owner: int) -> dict:
+def _gathered(
+    store: PieceStore, i: int, lrs: np.ndarray, owner: int
+) -> dict[str, np.ndarray]:
     """Chunk ``i`` as process ``owner`` saved it in the shared directory."""
     columns = store.load(i, {"lrs": lrs})
     if columns is None:

@@ -4,20 +4,23 @@
 
     {"command": "flow", "config": {...}, <the command's extras>, "environment": {...}}
 
-``RunDirectory`` owns that format: it reads the document (and knows the
-directories of earlier versions of gflow by the files they hold), refuses a
+``RunDirectory`` owns that format: it reads the document as a typed
+``RunDocument`` (the one reader of every gflow version's directories: those
+that wrote no ``"command"`` are known by the files they hold), refuses a
 directory that holds another run *before* anything is written there, and holds
 a lock while a command writes it, so that two commands never write one run.
-``load_run`` reads any run directory back as a typed ``Run``.
+What a job records besides its configuration is a ``RunFacts``. ``load_run``
+reads any run directory back as a typed ``Run``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,71 @@ LEGACY_MARKS = (
     ("compare.json", "compare"),
     ("flow.json", "flow"),
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFacts:
+    """What config.json records besides the configuration, once a run is planned
+    (``AbstractJob.facts``); a field left None is not written.
+
+    Attributes:
+        references: losses the run is read against (unigram, Bayes, ...).
+        d_vocab: the vocabulary size.
+        n_tokens: a text run's corpus length in tokens.
+        unk_frequency: the share of a text corpus's tokens outside the vocabulary.
+        queries: a text run's tracked query tokens and their ids.
+        top: the keys named in a text run's attention rows.
+        runs: a text run's run names, every seed's.
+        members: the names of a training sweep's members.
+    """
+
+    references: dict[str, float] | None = None
+    d_vocab: int | None = None
+    n_tokens: int | None = None
+    unk_frequency: float | None = None
+    queries: dict[str, int] | None = None
+    top: list[str] | None = None
+    runs: list[str] | None = None
+    members: list[str] | None = None
+
+
+_FACTS = dataclasses.fields(RunFacts)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDocument:
+    """A run's config.json as read back, of any gflow version.
+
+    Attributes:
+        command: the command that wrote it: config.json's ``"command"``, or for a
+            directory of a gflow that wrote none, the one its files show; None if
+            neither says.
+        json: the document as written (``json["config"]`` the settings).
+    """
+
+    command: str | None
+    json: Any
+
+    @property
+    def settings(self) -> Any:
+        """The configuration's settings (``"config"``)."""
+        return self.json.get("config")
+
+    @property
+    def facts(self) -> RunFacts:
+        """What the run recorded besides its configuration."""
+        return RunFacts(**{f.name: self.json.get(f.name) for f in _FACTS})
+
+    @property
+    def launched(self) -> bool:
+        """Written by a launcher (``--processes N``) whose workers have not started:
+        an ``"environment"`` of null."""
+        return "environment" in self.json and self.json["environment"] is None
+
+    @property
+    def started(self) -> bool:
+        """Whether a process has run it (the environment is recorded)."""
+        return self.json.get("environment") is not None
 
 
 class RunDirectory:
@@ -75,9 +143,9 @@ class RunDirectory:
             self.path.glob("figures/*/*.png")
         )
 
-    def document(self, option: str = "--resume") -> dict:
-        """The whole ``config.json``; ConfigError (naming ``option``) when it is
-        missing or not a JSON object."""
+    def read(self, option: str = "--resume") -> RunDocument:
+        """config.json as a ``RunDocument``; ConfigError (naming ``option``) when it
+        is missing or not a JSON object."""
         if not self.has_config():
             raise ConfigError(
                 f"{option}: {self.path} has no config.json; give the directory of an "
@@ -96,13 +164,13 @@ class RunDirectory:
                 f"{option}: {self.config_path} is not a gflow configuration (a JSON "
                 "object)"
             )
-        return doc
+        return RunDocument(self.command(doc), doc)
 
-    def command(self, doc: dict | None = None) -> str | None:
-        """The command that wrote the run: config.json's ``"command"``, or for a
-        directory of an earlier gflow version, the one its files show."""
-        doc = self.document() if doc is None else doc
-        if isinstance(doc.get("command"), str):
+    def command(self, doc: Any) -> str | None:
+        """The command that wrote ``doc`` (config.json's content) here: its
+        ``"command"``, or for a directory of an earlier gflow version, the one its
+        files show."""
+        if isinstance(doc, dict) and isinstance(doc.get("command"), str):
             return doc["command"]
         for name, command in LEGACY_MARKS:
             if (self.path / name).exists():
@@ -113,20 +181,19 @@ class RunDirectory:
         """The configuration saved by ``command``, read as ``cls``; ConfigError when
         the directory holds another command's run, a damaged configuration or none
         (an empty ``"config"``: read as the defaults, it would run another run)."""
-        doc = self.document(option)
-        theirs = self.command(doc)
-        if theirs is not None and theirs != command:
+        doc = self.read(option)
+        if doc.command is not None and doc.command != command:
             raise ConfigError(
-                f"{option}: {self.path} holds a 'gflow {theirs}' run, not a 'gflow "
-                f"{command}' run"
+                f"{option}: {self.path} holds a 'gflow {doc.command}' run, not a "
+                f"'gflow {command}' run"
             )
-        if doc.get("config") == {}:  # every gflow writes all its settings there
+        if doc.settings == {}:  # every gflow writes all its settings there
             raise ConfigError(
                 f'{option}: {self.config_path} has no settings (its "config" is '
                 "empty), so the run cannot be rebuilt as it was; give the directory "
                 "of an earlier gflow run"
             )
-        settings = cls.document_settings(doc)
+        settings = cls.document_settings(doc.json)
         return cls.from_json(
             settings, source=f"{option}: config file {self.config_path}"
         )
@@ -150,11 +217,19 @@ class RunDirectory:
         return True
 
     def write_config(
-        self, command: str, cfg: AbstractConfig, environment: dict | None, **extra
+        self,
+        command: str,
+        cfg: AbstractConfig,
+        environment: Any,
+        facts: RunFacts = RunFacts(),
     ) -> None:
-        """Write config.json atomically: command, config, ``extra``, environment
-        (``None`` while a launcher has written it and no process has started)."""
-        doc: dict[str, Any] = {"command": command, **cfg.to_document(), **extra}
+        """Write config.json atomically: command, config, the ``facts`` that are
+        known, environment (``gflow.runs.environment()``; ``None`` while a launcher
+        has written it and no process has started)."""
+        doc: dict[str, Any] = {"command": command, **dict(cfg.document())}
+        for f in _FACTS:
+            if getattr(facts, f.name) is not None:
+                doc[f.name] = getattr(facts, f.name)
         doc["environment"] = environment  # None: a launcher's, before the run
         write_json(self.config_path, doc)
 
@@ -224,45 +299,61 @@ class RunDirectory:
                 return
 
 
-class Run(Mapping[str, Any]):
-    """A run directory read back (``load_run``): typed, and a mapping as before.
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A run directory read back (``load_run``).
 
     Attributes:
         path: the directory.
-        command: the command that wrote it (``flow``, ``sweep``, ``compare``,
-            ``text``, ``train``, ``monitor``), or None if unknown.
-        document: config.json as written (``document["config"]`` the settings).
+        document: its config.json (``document.command``: the command that wrote
+            it, ``flow``, ``sweep``, ``compare``, ``text``, ``train``, ``monitor``
+            or None if unknown).
         trajectories: name -> Trajectory of every run saved there.
-        extras: what a command saves besides trajectories (a sweep's ``sweep``,
-            its ``members``).
+        sweep: a ``gflow sweep``'s sweep.json (None for another command).
+        members: a ``gflow sweep``'s saved members (a ``SweepRun``; ``.member(m)``
+            a Trajectory), None when there are none.
 
-    ``run["flow"]`` is ``run.trajectories["flow"]``, ``run["config"]`` the
-    document, as the dict that ``load_run`` returned before.
+    ``run["flow"]`` is ``run.trajectories["flow"]``; ``run["config"]`` the whole
+    config.json, ``run["sweep"]`` and ``run["members"]`` as above (the keys of
+    the dict that ``load_run`` returned before).
     """
 
-    def __init__(self, path, command, document, trajectories, extras=None):
-        self.path = Path(path)
-        self.command: str | None = command
-        self.document: dict = document
-        self.trajectories: dict[str, Trajectory] = dict(trajectories)
-        self.extras: dict[str, Any] = dict(extras or {})
+    path: Path
+    document: RunDocument
+    trajectories: dict[str, Trajectory]
+    sweep: Any = None
+    members: Any = None
 
     @property
-    def config(self) -> dict:
-        """The run's settings (config.json's ``"config"``)."""
-        return self.document.get("config", {})
+    def command(self) -> str | None:
+        return self.document.command
 
-    def _items(self) -> dict[str, Any]:
-        return {"config": self.document, **self.trajectories, **self.extras}
+    @property
+    def config(self) -> Any:
+        """The run's settings (config.json's ``"config"``)."""
+        return self.document.settings or {}
+
+    def keys(self) -> list[str]:
+        extras = ["sweep", "members"] if self.sweep is not None else []
+        return ["config", *self.trajectories, *extras]
 
     def __getitem__(self, key: str):
-        return self._items()[key]
+        if key == "config":
+            return self.document.json
+        if key in self.trajectories:
+            return self.trajectories[key]
+        if key in ("sweep", "members") and self.sweep is not None:
+            return getattr(self, key)
+        raise KeyError(key)
 
-    def __iter__(self):
-        return iter(self._items())
+    def __contains__(self, key: str) -> bool:
+        return key in self.keys()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
 
     def __len__(self) -> int:
-        return len(self._items())
+        return len(self.keys())
 
     def __repr__(self) -> str:
         return (

@@ -39,7 +39,6 @@ from gflow.runs.config import (
     setting,
 )
 from gflow.runs.distributed import Processes
-from gflow.runs.environment import environment
 from gflow.runs.files import read_json, write_json
 from gflow.runs.flow_run import FlowConfig
 from gflow.runs.job import AbstractJob, Context
@@ -130,11 +129,6 @@ class SweepConfig(AbstractConfig):
         positive("threshold", self.threshold)
         at_least("chunk", self.chunk, 1)
 
-    @classmethod
-    def from_dict(cls, settings: dict) -> SweepConfig:
-        """A SweepConfig from JSON-like settings (a run's config.json "config")."""
-        return cls.from_json(settings)
-
     def fingerprint(self) -> str:
         """A hash of the settings that determine the members (not the comparison)."""
         members = dataclasses.asdict(self)
@@ -144,23 +138,6 @@ class SweepConfig(AbstractConfig):
             members.pop("eps")  # only RMSProp reads it (and older runs had none)
         text = json.dumps(members, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def run_sweep_config(
-    cfg: SweepConfig, *, key, checkpoint_dir=None, progress: bool | None = None
-) -> SweepComparison:
-    """Run the sweep that ``cfg`` describes and compare it with its reference.
-
-    With ``checkpoint_dir`` the members run in chunks of ``cfg.chunk``, each saved
-    when done, and chunks already there are read back (``gflow.runs.resumable_sweep``).
-
-    Returns ``compare_sweep``'s ``SweepComparison`` with ``run`` (the SweepRun),
-    ``stability``,
-    ``sharpness`` (t, λ_max along the reference of the smallest η) and, per member,
-    ``predicted_departure``.
-    """
-    run = run_sweep_members(cfg, checkpoint_dir=checkpoint_dir, progress=progress)
-    return compare_sweep_members(cfg, run, key=key)
 
 
 def run_sweep_members(
@@ -212,9 +189,10 @@ def run_sweep_members(
 
 
 def compare_sweep_members(cfg: SweepConfig, run: SweepRun, *, key) -> SweepComparison:
-    """``run`` (the members of ``cfg``'s sweep) against ``cfg``'s reference.
-
-    Returns what ``run_sweep_config`` returns.
+    """``run`` (the members of ``cfg``'s sweep) against ``cfg``'s reference:
+    ``compare_sweep``'s ``SweepComparison`` with ``run`` (the SweepRun),
+    ``stability``, ``sharpness`` (t, λ_max along the reference of the smallest η)
+    and, per member, ``predicted_departure``.
     """
     chain = cfg.flow.chain()
     loss, model = PopulationLoss(chain), cfg.flow.model()
@@ -298,26 +276,12 @@ def _add_flow_distances(result, run, loss, model, threshold) -> None:
         rec["flow_final_error"] = cmp["final_error"]
 
 
-def write_sweep_config(run_dir, cfg: SweepConfig) -> None:
-    """Write the run's config.json (resolved configuration, versions)."""
-    write_json(
-        Path(run_dir) / "config.json",
-        {
-            "command": "sweep",
-            "config": dataclasses.asdict(cfg),
-            "environment": environment(),
-        },
-    )
-
-
 def write_sweep_run(run_dir, cfg: SweepConfig, result: SweepComparison) -> Path:
-    """Write sweep.json and (if missing) config.json into ``run_dir``.
+    """Write sweep.json into ``run_dir`` (the driver has written config.json).
 
     The figures are drawn by ``gflow.plotting.figures.sweep_figures``.
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "config.json").exists():
-        write_sweep_config(run_dir, cfg)
     sharp = result.get("sharpness")
     write_json(
         run_dir / "sweep.json",
@@ -341,14 +305,15 @@ def write_sweep_run(run_dir, cfg: SweepConfig, result: SweepComparison) -> Path:
     return run_dir
 
 
-def load_sweep(run_dir) -> dict:
-    """A ``gflow sweep`` run directory: ``sweep`` (sweep.json) and ``members``.
+def load_sweep(run_dir, settings) -> tuple[dict, SweepRun | None]:
+    """A ``gflow sweep`` run directory's sweep.json and saved members
+    (``settings``: its config.json's ``"config"``).
 
-    ``members`` is the SweepRun of the saved members (losses, times and parameter
+    The members are the SweepRun of the saved chunks (losses, times and parameter
     snapshots; ``.member(m)`` gives a Trajectory), or None when none were saved.
     """
     run_dir = Path(run_dir)
-    cfg = SweepConfig.from_dict(read_json(run_dir / "config.json")["config"])
+    cfg = SweepConfig.from_json(settings)
     checkpoint = run_dir / "checkpoint"
     members = None
     if any(checkpoint.glob("members-*.npz")):
@@ -357,7 +322,16 @@ def load_sweep(run_dir) -> dict:
     for rec in sweep.get("members", []):
         if rec.get("status") == "ok":  # written before the status words were unified
             rec["status"] = "success"
-    return {"sweep": sweep, "members": members}
+    return sweep, members
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """A finished ``gflow sweep``: its configuration, the members against the
+    reference (``compare_sweep_members``) and the members' wall time."""
+
+    cfg: SweepConfig
+    comparison: SweepComparison
 
 
 class SweepJob(AbstractJob[SweepConfig]):
@@ -433,14 +407,14 @@ class SweepJob(AbstractJob[SweepConfig]):
             interrupt=context.interrupt,
         )
         result["members_wall_s"] = members_s
-        return cfg, result
+        return SweepResult(cfg, result)
 
-    def write(self, result, directory: RunDirectory) -> None:
-        cfg, out = result
-        write_sweep_run(directory.path, cfg, out)
+    def write(self, result: SweepResult, directory: RunDirectory) -> SweepResult:
+        write_sweep_run(directory.path, result.cfg, result.comparison)
+        return result
 
-    def summary(self, result) -> str:
-        cfg, out = result
+    def summary(self, result: SweepResult) -> str:
+        cfg, out = result.cfg, result.comparison
         lines = []
         for r in out["members"]:
             err = "-" if r["error"] is None else f"{r['error']:.4g}"

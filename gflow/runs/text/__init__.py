@@ -6,7 +6,7 @@ from gflow.runs.text.config import OPTIMIZER_NAMES as OPTIMIZER_NAMES
 from gflow.runs.text.config import PAPER_QUERIES as PAPER_QUERIES
 from gflow.runs.text.config import TOKENIZER_NAMES as TOKENIZER_NAMES
 from gflow.runs.text.config import TextConfig as TextConfig
-from gflow.runs.text.files import text_extras as text_extras
+from gflow.runs.text.files import text_facts as text_facts
 from gflow.runs.text.files import write_text_files as write_text_files
 from gflow.runs.text.files import write_text_run as write_text_run
 from gflow.runs.text.files import write_text_start as write_text_start
@@ -18,9 +18,9 @@ from gflow.runs.text.run import TextData as TextData
 from gflow.runs.text.run import init_model as init_model
 from gflow.runs.text.run import prepare as prepare
 from gflow.runs.text.run import run_text as run_text
+from gflow.runs.text.seeds import SeedSummary as SeedSummary
 from gflow.runs.text.seeds import stages_summary as stages_summary
-from gflow.runs.text.strategies import TextStrategies as TextStrategies
-from gflow.runs.text.strategies import text_strategies as text_strategies
+from gflow.runs.strategies import text_strategies as text_strategies
 from gflow.runs.text.seeds import stages_table as stages_table
 from gflow.runs.text.seeds import summarise_seeds as summarise_seeds
 
@@ -29,6 +29,7 @@ __all__ = [
     "OPTIMIZER_NAMES",
     "TOKENIZER_NAMES",
     "RunPieces",
+    "SeedSummary",
     "TextConfig",
     "TextJob",
     "init_model",
@@ -37,7 +38,6 @@ __all__ = [
     "stages_table",
     "summarise_seeds",
     "text_fingerprint",
-    "TextStrategies",
     "text_strategies",
     "write_text_run",
     "write_text_start",

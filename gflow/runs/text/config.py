@@ -10,14 +10,17 @@ from typing import ClassVar
 
 from gflow.runs.config import (
     AbstractConfig,
+    at_least,
     bad,
     check_flow_solver,
     check_seed,
+    non_negative,
+    positive,
     setting,
 )
 from gflow.runs.names import METHODS as _METHODS
 from gflow.runs.names import MODELS as _MODELS
-from gflow.runs.names import SCHEDULES, SOLVERS
+from gflow.runs.names import SCHEDULES, SOLVERS, check_tokenization
 from gflow.text.subword import KINDS, WHITESPACE, WHITESPACE_MODES
 from gflow.text.tokenize import TOKENIZERS
 
@@ -201,13 +204,12 @@ class TextConfig(AbstractConfig):
     not_results: ClassVar[tuple[str, ...]] = ("tokenizer_file", "download")
 
     @classmethod
-    def complete(cls, settings: dict) -> dict:
+    def complete(cls, settings: dict) -> None:
         """A float64-only method (the flow) computes in float64 whatever ``x64``
         says."""
         method = settings.get("method")
         if method in _METHODS and _METHODS[method].float64:
             settings["x64"] = True
-        return settings
 
     def check(self):
         if not self.corpus:
@@ -216,67 +218,37 @@ class TextConfig(AbstractConfig):
                 "give --corpus (a text file or folder, or a hub name), or --resume "
                 "RUN_DIR",
             )
-        if self.tokenizer not in TOKENIZER_NAMES:
-            bad("tokenizer", f"must be one of {', '.join(TOKENIZER_NAMES)}")
-        if self.whitespace not in WHITESPACE_MODES:
-            bad("whitespace", f"must be one of {', '.join(WHITESPACE_MODES)}")
-        if self.tokenizer in KINDS and not 32 <= self.vocab_size <= 100_000:
-            bad(
-                "vocab_size",
-                f"a subword vocabulary needs 32-100000 pieces, got {self.vocab_size}",
-            )
+        check_tokenization(self.tokenizer, self.whitespace, self.vocab_size)
         if self.tokenizer_file is not None:
             if self.tokenizer not in KINDS:
                 bad("tokenizer_file", "only for --tokenizer bpe or unigram")
             if not Path(self.tokenizer_file).is_file():
                 bad("tokenizer_file", f"{self.tokenizer_file!r} is not a file")
-        if self.method not in METHODS:
-            bad("method", f"must be one of {METHODS}, got {self.method!r}")
-        if self.solver not in SOLVERS:
-            bad(
-                "solver", f"unknown {self.solver!r}; choose one of {', '.join(SOLVERS)}"
-            )
+        _METHODS.check("method", self.method)
+        SOLVERS.check("solver", self.solver)
         check_flow_solver(self.solver)
-        if self.model not in MODELS:
-            bad("model", f"must be one of {', '.join(MODELS)}, got {self.model!r}")
-        for name in (
-            "vocab_size",
-            "context",
-            "windows",
-            "d_model",
-            "steps",
-            "layers",
-            "heads",
-        ):
-            if getattr(self, name) < 1:
-                bad(name, f"must be a positive integer, got {getattr(self, name)}")
-        for name in (
-            "opt_steps",
-            "batch",
-            "num_queries",
-            "sharpness_checks",
-            "row_windows",
-        ):
-            if getattr(self, name) < 0:
-                bad(name, f"must be >= 0, got {getattr(self, name)}")
+        _MODELS.check("model", self.model)
+        SCHEDULES.check("schedule", self.schedule)
+        for name in ("vocab_size", "context", "windows", "d_model", "steps"):
+            at_least(name, getattr(self, name), 1)
+        for name in ("layers", "heads", "seeds", "topk"):
+            at_least(name, getattr(self, name), 1)
+        for name in ("opt_steps", "batch", "num_queries", "sharpness_checks"):
+            at_least(name, getattr(self, name), 0)
+        at_least("row_windows", self.row_windows, 0)
+        at_least("num_saves", self.num_saves, 2)
+        for name in ("d_ff", "max_chars"):
+            if getattr(self, name) is not None:
+                at_least(name, getattr(self, name), 1)
         for name in ("init_scale", "lr", "opt_lr", "rtol", "atol"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                bad(name, f"must be > 0 and finite, got {value}")
+            positive(name, getattr(self, name))
         for name in ("final_lr", "weight_decay", "clip"):
-            value = getattr(self, name)
-            if not (value >= 0 and math.isfinite(value)):
-                bad(name, f"must be >= 0 and finite, got {value}")
+            non_negative(name, getattr(self, name))
         if self.optimizer not in OPTIMIZER_NAMES:
             bad(
                 "optimizer",
                 f"unknown {self.optimizer!r}; choose one of "
                 f"{', '.join(OPTIMIZER_NAMES)}",
-            )
-        if self.schedule not in SCHEDULES:
-            bad(
-                "schedule",
-                f"unknown {self.schedule!r}; choose one of {', '.join(SCHEDULES)}",
             )
         if not 0 <= self.warmup < 1:
             bad("warmup", f"must lie in [0, 1), got {self.warmup}")
@@ -306,22 +278,12 @@ class TextConfig(AbstractConfig):
         }
         if refused := model.refused_parts(**parts):
             bad("model", f"{', '.join(refused)}: parts of --model transformer")
-        if self.d_ff is not None and self.d_ff < 1:
-            bad("d_ff", f"must be >= 1 or None, got {self.d_ff}")
-        if self.seeds < 1:
-            bad("seeds", f"must be a positive integer, got {self.seeds}")
-        if self.topk < 1:
-            bad("topk", f"must be a positive integer, got {self.topk}")
-        if self.max_chars is not None and self.max_chars < 1:
-            bad("max_chars", f"must be a positive integer, got {self.max_chars}")
         check_seed(self.seed)
         if self.seed + self.seeds > 2**32:
             bad(
                 "seeds",
                 f"seed + seeds - 1 = {self.seed + self.seeds - 1} must be below 2**32",
             )
-        if self.num_saves < 2:
-            bad("num_saves", f"must be >= 2, got {self.num_saves}")
         if _METHODS[self.method].float64 and not self.x64:
             bad("x64", "the flow needs float64 (tolerances near float32 epsilon)")
 

@@ -13,7 +13,7 @@ import numpy as np
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.environment import environment
 from gflow.runs.files import atomic_write_bytes, write_json
-from gflow.runs.run_dir import RunDirectory
+from gflow.runs.run_dir import RunDirectory, RunFacts
 from gflow.runs.text.config import TextConfig
 from gflow.runs.text.run import TextData
 from gflow.runs.text.seeds import stages_summary
@@ -47,18 +47,18 @@ def _stages(traj: Trajectory):
         return {"available": False, "why": f"{type(e).__name__}: {e}"}
 
 
-def text_extras(cfg: TextConfig, data: TextData) -> dict:
+def text_facts(cfg: TextConfig, data: TextData) -> RunFacts:
     """What a text run's config.json holds besides the configuration: the
     vocabulary's size, the corpus's length, the tracked queries, the runs."""
     vocab = data.vocab
-    return {
-        "d_vocab": len(vocab),
-        "n_tokens": int(data.ids.shape[0]),
-        "unk_frequency": float(vocab.frequencies[vocab.unk_id]),
-        "queries": {vocab.tokens[q]: q for q in data.queries},
-        "top": [vocab.tokens[i] for i in data.top],
-        "runs": [n for seed in cfg.seed_list for n in cfg.run_names(seed)],
-    }
+    return RunFacts(
+        d_vocab=len(vocab),
+        n_tokens=int(data.ids.shape[0]),
+        unk_frequency=float(vocab.frequencies[vocab.unk_id]),
+        queries={vocab.tokens[q]: q for q in data.queries},
+        top=[vocab.tokens[i] for i in data.top],
+        runs=[n for seed in cfg.seed_list for n in cfg.run_names(seed)],
+    )
 
 
 def write_text_files(out, data: TextData) -> None:
@@ -71,11 +71,11 @@ def write_text_files(out, data: TextData) -> None:
 
 
 def write_text_start(out, cfg: TextConfig, data: TextData) -> Path:
-    """What a text run knows before it runs: config.json (``text_extras`` beside
+    """What a text run knows before it runs: config.json (``text_facts`` beside
     the configuration), vocab.json and tokenizer.json. (``gflow text`` writes the
     same through its driver; this is for scripts that run ``run_text`` by hand.)"""
     out = Path(out)
-    RunDirectory(out).write_config("text", cfg, environment(), **text_extras(cfg, data))
+    RunDirectory(out).write_config("text", cfg, environment(), text_facts(cfg, data))
     write_text_files(out, data)
     return out
 
@@ -112,5 +112,6 @@ def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
     if phases:  # what each tracked query's row does (focus on, dilution from)
         write_json(out / "row_phases.json", phases)
     if cfg.seeds > 1:
-        write_json(out / "stages_summary.json", stages_summary(cfg, stages))
+        summary = stages_summary(cfg, stages)
+        write_json(out / "stages_summary.json", dataclasses.asdict(summary))
     return out

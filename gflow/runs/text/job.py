@@ -2,8 +2,9 @@
 practical optimizer from one init, for one seed or several, over one process or
 several.
 
-Over P processes each runs its share of the seeds and saves every run the moment
-it ends (``gflow.runs.text.pieces``); process 0 reads the others' runs back from
+Over P processes (``gflow.runs.job.AbstractMembersJob``, whose members are the
+seeds here) each runs its share of the seeds and saves every run the moment it ends
+(``gflow.runs.text.pieces``); process 0 reads the others' runs back from
 the shared ``pieces/`` and alone writes the run directory. A run is the same
 program on whichever process runs it, so the runs do not depend on P.
 """
@@ -14,21 +15,18 @@ import dataclasses
 import logging
 import time
 
-import jax
-
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.config import ConfigError
-from gflow.runs.distributed import deal, total
 from gflow.runs.files import read_json
-from gflow.runs.job import AbstractJob, Context, Units
-from gflow.runs.run_dir import RunDirectory
+from gflow.runs.job import AbstractMembersJob, Context, Units
+from gflow.runs.run_dir import RunDirectory, RunFacts
+from gflow.runs.strategies import Strategies, text_strategies
 from gflow.runs.text import run as text_run  # run_text via the module: stubbed
 from gflow.runs.text.config import TextConfig
-from gflow.runs.text.files import text_extras, write_text_files, write_text_run
+from gflow.runs.text.files import text_facts, write_text_files, write_text_run
 from gflow.runs.text.pieces import RunPieces
 from gflow.runs.text.run import TextData
 from gflow.runs.text.seeds import stages_summary, stages_table
-from gflow.runs.text.strategies import TextStrategies, text_strategies
 from gflow.text.row_phases import describe
 from gflow.text.stability import stability_line, stability_warning
 from gflow.text.subword import KINDS
@@ -43,10 +41,10 @@ class TextPlan:
 
     cfg: TextConfig
     data: TextData
-    strategies: TextStrategies
+    strategies: Strategies
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TextResult:
     """Every run by name; the wall time of each part of the command."""
 
@@ -56,7 +54,7 @@ class TextResult:
     directory: RunDirectory
 
 
-class TextJob(AbstractJob[TextConfig]):
+class TextJob(AbstractMembersJob[TextConfig]):
     """``gflow text``: attention dynamics on natural text."""
 
     command = "text"
@@ -72,8 +70,8 @@ class TextJob(AbstractJob[TextConfig]):
         "attention rows, stages.json (and, for several seeds, stages_summary.json) "
         "and figures. Every run is on the clock t = Σ η_k."
     )
-    splits = True
     saved = "the runs finished so far are saved"
+    unit = "seeds"
 
     def x64(self, cfg: TextConfig) -> bool:
         return cfg.x64
@@ -90,8 +88,7 @@ class TextJob(AbstractJob[TextConfig]):
         tokenizer = directory.path / "tokenizer.json"
         if tokenizer.exists():
             return dataclasses.replace(cfg, tokenizer_file=str(tokenizer))
-        doc = directory.document()
-        if "environment" in doc and doc["environment"] is None:
+        if directory.read().launched:
             return cfg  # not started: the tokeniser is trained now
         raise ConfigError(
             f"--resume: {directory.path} has no tokenizer.json (its {cfg.tokenizer} "
@@ -112,8 +109,8 @@ class TextJob(AbstractJob[TextConfig]):
         log.info("prepared the data in %.2f s", time.perf_counter() - start)
         return TextPlan(cfg, data, strategies)
 
-    def config_extras(self, plan: TextPlan) -> dict:
-        return text_extras(plan.cfg, plan.data)
+    def facts(self, plan: TextPlan) -> RunFacts:
+        return text_facts(plan.cfg, plan.data)
 
     def start(self, plan: TextPlan, directory: RunDirectory, context: Context) -> None:
         write_text_files(directory.path, plan.data)
@@ -126,68 +123,67 @@ class TextJob(AbstractJob[TextConfig]):
                 f"tracking {names}"
             )
 
+    def members(self, plan: TextPlan) -> list[int]:
+        return list(plan.cfg.seed_list)
+
     def run(self, plan: TextPlan, directory: RunDirectory, context: Context):
-        cfg, data = plan.cfg, plan.data
         start = time.perf_counter()
-        total_runs = len(cfg.seed_list) * len(cfg.base_names)
-        done = []
+        result = super().run(plan, directory, context)
+        if result is None:
+            return None
+        return dataclasses.replace(result, wall={"runs": time.perf_counter() - start})
+
+    def run_alone(self, plan: TextPlan, directory: RunDirectory, context: Context):
+        """One process: every seed, the runs kept as computed (not read back)."""
+        return TextResult(plan, self._run(plan, directory, context), {}, directory)
+
+    def run_members(self, plan, directory, context, mine: list[int]) -> int:
+        self._run(plan, directory, context, seeds=[plan.cfg.seed_list[i] for i in mine])
+        return 0
+
+    def _run(self, plan: TextPlan, directory: RunDirectory, context: Context, **kw):
+        """``run_text`` with a line per finished run (process 0) and, in one
+        process, the signal watch and a flow's progress (t, step, solver)."""
+        cfg, strategies = plan.cfg, plan.strategies
+        if context.processes is None:
+            method = strategies.method.watched(context.interrupt)
+            method = method if context.quiet else method.shown()
+            strategies = dataclasses.replace(strategies, method=method)
+        done, count = [], len(cfg.seed_list) * len(cfg.base_names)
 
         def report(name, traj, resumed):
             done.append(name)
             if context.main and not context.quiet:
                 how = "read back" if resumed else f"{traj.stats['wall_s']:.1f} s"
-                print(
-                    f"[{len(done)}/{total_runs}] {name} {traj.status} ({how})",
-                    flush=True,
-                )
+                print(f"[{len(done)}/{count}] {name} {traj.status} ({how})", flush=True)
 
-        pieces = RunPieces(directory.path, cfg, data)
-        processes = context.processes
-        if processes is None:
-            method = plan.strategies.method.watched(context.interrupt)
-            if context.main and not context.quiet:  # a flow's t, step and solver
-                method = method.shown()
-            strategies = dataclasses.replace(plan.strategies, method=method)
+        pieces = RunPieces(directory.path, cfg, plan.data)
+        return text_run.run_text(
+            cfg, plan.data, pieces=pieces, report=report, strategies=strategies, **kw
+        )
+
+    def read_members(self, plan, directory, owner, resumed) -> TextResult:
+        pieces = RunPieces(directory.path, plan.cfg, plan.data)
+        try:
             runs = text_run.run_text(
-                cfg, data, pieces=pieces, report=report, strategies=strategies
-            )
-        else:
-            owner = dict(zip(cfg.seed_list, deal(cfg.seeds, processes.count)))
-            mine = [s for s in cfg.seed_list if owner[s] == processes.index]
-            text_run.run_text(
-                cfg,
-                data,
+                plan.cfg,
+                plan.data,
                 pieces=pieces,
-                report=report,
-                seeds=mine,
+                read_only=True,
                 strategies=plan.strategies,
             )
-            total(0, processes)  # every process has saved its runs once this returns
-            jax.distributed.shutdown()  # process 0 goes on alone
-            if not processes.main:
-                return None
-            for p in range(processes.count):
-                seeds = [s for s in cfg.seed_list if owner[s] == p]
-                log.info("seeds from process %d of %d: %s", p, processes.count, seeds)
-            try:
-                runs = text_run.run_text(
-                    cfg,
-                    data,
-                    pieces=pieces,
-                    read_only=True,
-                    strategies=plan.strategies,
-                )
-            except FileNotFoundError as e:
-                raise FileNotFoundError(
-                    f"{e} in {pieces.directory}; put the run directory on a "
-                    "filesystem that every process shares"
-                ) from None
-        return TextResult(plan, runs, {"runs": time.perf_counter() - start}, directory)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(
+                f"{e} in {pieces.directory}; put the run directory on a "
+                "filesystem that every process shares"
+            ) from None
+        return TextResult(plan, runs, {}, directory)
 
-    def write(self, result: TextResult, directory: RunDirectory) -> None:
+    def write(self, result: TextResult, directory: RunDirectory) -> TextResult:
         start = time.perf_counter()
         write_text_run(directory.path, result.plan.cfg, result.plan.data, result.runs)
-        result.wall["save"] = time.perf_counter() - start
+        wall = {**result.wall, "save": time.perf_counter() - start}
+        return dataclasses.replace(result, wall=wall)
 
     def summary(self, result: TextResult) -> str:
         cfg, out = result.plan.cfg, result.directory.path

@@ -27,8 +27,8 @@ import optax
 
 from gflow.analysis.head_observables import HeadObservables
 from gflow.dynamics.trajectory import Trajectory
+from gflow.runs.strategies import Strategies, text_strategies
 from gflow.runs.text.config import PAPER_QUERIES, TextConfig
-from gflow.runs.text.strategies import TextStrategies, text_strategies
 from gflow.text.corpus import load_corpus
 from gflow.text.observables import TextObservables, default_queries, observe_saves
 from gflow.text.positional import TextLoss
@@ -52,7 +52,7 @@ class TextData:
     row_sample: np.ndarray | None = None  # int32 [r, context + 1]: the rows' extra
 
 
-def prepare(cfg: TextConfig, strategies: TextStrategies | None = None) -> TextData:
+def prepare(cfg: TextConfig, strategies: Strategies | None = None) -> TextData:
     """Load, tokenise, build the vocabulary, cut the fixed sample, pick queries."""
     strategies = strategies or text_strategies(cfg)
     text = load_corpus(cfg.corpus, max_chars=cfg.max_chars, download=cfg.download)
@@ -76,7 +76,7 @@ def init_model(
     cfg: TextConfig,
     d: int,
     seed: int | None = None,
-    strategies: TextStrategies | None = None,
+    strategies: Strategies | None = None,
 ):
     """The initial model of ``seed`` (default ``cfg.seed``). The draw runs as one
     jitted program (eagerly each of its random normals would be compiled on its own,
@@ -87,7 +87,7 @@ def init_model(
 
 
 def arm_transform(
-    cfg: TextConfig, dtype=np.float32, strategies: TextStrategies | None = None
+    cfg: TextConfig, dtype=np.float32, strategies: Strategies | None = None
 ):
     """The optax transformation of a minibatch optimizer arm: the optimizer's
     plain optax rule (``optax.sgd``, ``optax.adam``, ``optax.adamw``) at the
@@ -133,7 +133,7 @@ def run_text(
     *,
     seeds=None,
     read_only: bool = False,
-    strategies: TextStrategies | None = None,
+    strategies: Strategies | None = None,
 ) -> dict[str, Trajectory]:
     """Every seed's deterministic run (``cfg.method``) and optimizer arm, each pair
     from one init; names as ``cfg.run_names``.

@@ -17,8 +17,7 @@ from gflow.runs.train.run import init_model as init_model
 from gflow.runs.train.run import prepare as prepare
 from gflow.runs.train.run import run_train as run_train
 from gflow.runs.train.run import write_train_run as write_train_run
-from gflow.runs.train.strategies import TrainStrategies as TrainStrategies
-from gflow.runs.train.strategies import train_strategies as train_strategies
+from gflow.runs.strategies import train_strategies as train_strategies
 
 __all__ = [
     "LATER_SETTINGS",
@@ -26,7 +25,6 @@ __all__ = [
     "TrainData",
     "TrainJob",
     "TrainRun",
-    "TrainStrategies",
     "TrainSweep",
     "gather",
     "init_model",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import ClassVar
 
 from gflow.dynamics.schedules import Constant
 from gflow.runs.config import (
@@ -17,6 +18,7 @@ from gflow.runs.config import (
     bad,
     check_flow_solver,
     check_seed,
+    non_negative,
     positive,
     setting,
 )
@@ -28,6 +30,7 @@ from gflow.runs.names import (
     SCHEDULES,
     SOLVERS,
     TRAINING,
+    check_tokenization,
 )
 from gflow.text.corpus import PACKAGED_CORPORA
 from gflow.text.subword import KINDS as SUBWORD_KINDS
@@ -162,7 +165,7 @@ class TrainConfig(AbstractConfig):
     x64: bool = setting(False, "float64 (default float32)", flag="--float64")
 
     @classmethod
-    def complete(cls, settings: dict) -> dict:
+    def complete(cls, settings: dict) -> None:
         """A float64-only method (the flow) computes in float64 whatever ``x64``
         says; a model that takes no layers or heads (the attention model) has
         one of each unless told otherwise (then it is refused)."""
@@ -172,7 +175,6 @@ class TrainConfig(AbstractConfig):
         if model in MODELS and "layers" not in MODELS[model].parts:
             settings.setdefault("layers", 1)
             settings.setdefault("heads", 1)
-        return settings
 
     def check(self):
         for name in ("layers", "heads", "d_model", "seq_len", "eval_batch"):
@@ -194,21 +196,12 @@ class TrainConfig(AbstractConfig):
             bad("warmup", f"must lie in [0, 1), got {self.warmup}")
         if not 0 <= self.beta < 1:
             bad("beta", f"must lie in [0, 1), got {self.beta}")
-        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
-            bad("weight_decay", f"must be >= 0 and finite, got {self.weight_decay}")
+        non_negative("weight_decay", self.weight_decay)
         at_least("steps", self.steps, 1)
         at_least("num_saves", self.num_saves, 2)
         at_least("segments", self.segments, 1)
         at_least("vocab_size", self.vocab_size, 2)
-        if self.tokenizer not in TOKENIZER_NAMES:
-            bad("tokenizer", f"must be one of {', '.join(TOKENIZER_NAMES)}")
-        if self.whitespace not in WHITESPACE_MODES:
-            bad("whitespace", f"must be one of {', '.join(WHITESPACE_MODES)}")
-        if self.tokenizer in SUBWORD_KINDS and not 32 <= self.vocab_size <= 100_000:
-            bad(
-                "vocab_size",
-                f"a subword vocabulary needs 32-100000 pieces, got {self.vocab_size}",
-            )
+        check_tokenization(self.tokenizer, self.whitespace, self.vocab_size)
         check_seed(self.seed)
         at_least("states", self.states, 2)
         positive("alpha", self.alpha)
@@ -391,10 +384,6 @@ class TrainSweep(AbstractConfig):
                 out.append((name, dataclasses.replace(cfg, lr=lr, seed=seed)))
         return out
 
-    def to_dict(self) -> dict:
-        lrs = None if self.lrs is None else list(self.lrs)
-        return {"seeds": self.seeds, "lrs": lrs}
-
 
 @dataclasses.dataclass(frozen=True)
 class TrainRun(AbstractConfig):
@@ -406,6 +395,10 @@ class TrainRun(AbstractConfig):
 
     base: TrainConfig = setting(TrainConfig(), nested=("*",))
     sweep: TrainSweep = setting(TrainSweep(), nested=("*",))
+    sections: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("config", "base"),
+        ("sweep", "sweep"),
+    )
 
     def check(self):
         self.sweep.members(self.base)  # seeds within range
@@ -414,10 +407,3 @@ class TrainRun(AbstractConfig):
     def check_given(cls, given) -> None:
         if {"base.lr", "sweep.lrs"} <= set(given):
             raise ConfigError("--lr and --lrs: give one step size or a list, not both")
-
-    def to_document(self) -> dict:
-        return {"config": self.base.to_json(), "sweep": self.sweep.to_dict()}
-
-    @classmethod
-    def document_settings(cls, doc: dict):
-        return {"base": doc.get("config"), "sweep": doc.get("sweep") or {}}

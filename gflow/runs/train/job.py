@@ -4,24 +4,16 @@ step sizes, over one process or several."""
 from __future__ import annotations
 
 import dataclasses
-import logging
-from typing import Any
 
-import jax
-
-from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.config import ConfigError
-from gflow.runs.distributed import deal, total
 from gflow.runs.files import atomic_write_bytes
-from gflow.runs.job import AbstractJob, Context, Units
-from gflow.runs.run_dir import RunDirectory
+from gflow.runs.job import AbstractMembersJob, Context, Units
+from gflow.runs.run_dir import RunDirectory, RunFacts
+from gflow.runs.strategies import train_strategies
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
-from gflow.runs.train.config import TrainConfig, TrainRun
-from gflow.runs.train.members import gather, run_members, write_sweep_run
+from gflow.runs.train.config import TrainRun
+from gflow.runs.train.members import Member, gather, run_members, write_sweep_run
 from gflow.runs.train.run import TrainData, prepare, write_train_run
-from gflow.runs.train.strategies import train_strategies
-
-log = logging.getLogger("gflow")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,16 +25,15 @@ class TrainPlan:
     data: TrainData
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TrainResult:
-    """The finished members: name -> (configuration, data, trajectory); their
-    stages once written; segments read back instead of computed; processes."""
+    """The finished members (with their stages once written); segments read
+    back instead of computed; processes."""
 
     plan: TrainPlan
-    runs: dict[str, tuple[TrainConfig, TrainData, Trajectory]]
+    runs: tuple[Member, ...]
     resumed: int = 0
     processes: int = 1
-    stages: dict[str, list] = dataclasses.field(default_factory=dict)
 
     @property
     def one(self) -> bool:
@@ -50,7 +41,7 @@ class TrainResult:
         return not self.plan.cfg.sweep.is_sweep and self.processes == 1
 
 
-class TrainJob(AbstractJob[TrainRun]):
+class TrainJob(AbstractMembersJob[TrainRun]):
     """``gflow train``: a Transformer trained with optax; per-head stages."""
 
     command = "train"
@@ -71,7 +62,6 @@ class TrainJob(AbstractJob[TrainRun]):
         "with --resume RUN_DIR. --seeds and --lrs train one member per seed and "
         "step size into one run directory, over several processes with --processes."
     )
-    splits = True
     saved = "the segments finished so far are saved"
 
     def x64(self, cfg: TrainRun) -> bool:
@@ -87,14 +77,13 @@ class TrainJob(AbstractJob[TrainRun]):
         except (FileNotFoundError, ValueError) as e:
             raise ConfigError(f"data: {e}") from None
 
-    def config_extras(self, plan: TrainPlan) -> dict:
-        extras: dict[str, Any] = {}
+    def facts(self, plan: TrainPlan) -> RunFacts:
+        members = None
         if plan.cfg.sweep.is_sweep:
-            members = plan.cfg.sweep.members(plan.cfg.base)
-            extras["members"] = [name for name, _ in members]
-        extras["d_vocab"] = plan.data.d_vocab
-        extras["references"] = plan.data.references
-        return extras
+            members = [name for name, _ in plan.cfg.sweep.members(plan.cfg.base)]
+        return RunFacts(
+            references=plan.data.references, d_vocab=plan.data.d_vocab, members=members
+        )
 
     def start(self, plan: TrainPlan, directory: RunDirectory, context: Context) -> None:
         if plan.data.tokenizer is not None:  # the trained pieces, to read or reuse
@@ -103,11 +92,15 @@ class TrainJob(AbstractJob[TrainRun]):
                 plan.data.tokenizer.to_json().encode(),
             )
 
-    def run(self, plan: TrainPlan, directory: RunDirectory, context: Context):
-        cfg = plan.cfg
-        if not cfg.sweep.is_sweep and context.processes is None:
-            return self._run_one(plan, directory, context)
-        processes = context.processes
+    def members(self, plan: TrainPlan) -> list[str]:
+        return [name for name, _ in plan.cfg.sweep.members(plan.cfg.base)]
+
+    def run_alone(self, plan: TrainPlan, directory: RunDirectory, context: Context):
+        if plan.cfg.sweep.is_sweep:
+            return super().run_alone(plan, directory, context)
+        return self._run_one(plan, directory, context)
+
+    def run_members(self, plan, directory, context, mine: list[int]) -> int:
         done = []
 
         def finished(name, traj):
@@ -119,26 +112,12 @@ class TrainJob(AbstractJob[TrainRun]):
                     flush=True,
                 )
 
-        resumed = run_members(
-            cfg.base,
-            cfg.sweep,
-            directory.path,
-            processes=processes,
-            finished=finished,
-        )
-        count = 1 if processes is None else processes.count
-        if processes is not None:  # every member is on disk once this returns
-            resumed = total(resumed, processes)
-            jax.distributed.shutdown()  # process 0 goes on alone
-        if not context.main:
-            return None
-        members = cfg.sweep.members(cfg.base)
-        ran: dict[int, list[str]] = {}
-        for (name, _), p in zip(members, deal(len(members), count)):
-            ran.setdefault(p, []).append(name)
-        for p, names in sorted(ran.items()):
-            log.info("members from process %d of %d: %s", p, count, ", ".join(names))
-        runs = gather(cfg.base, cfg.sweep, directory.path, count)
+        cfg = plan.cfg
+        return run_members(cfg.base, cfg.sweep, directory.path, mine, finished)
+
+    def read_members(self, plan, directory, owner, resumed) -> TrainResult:
+        count = max(owner) + 1
+        runs = gather(plan.cfg.base, plan.cfg.sweep, directory.path, count)
         return TrainResult(plan, runs, resumed, count)
 
     def _run_one(self, plan: TrainPlan, directory: RunDirectory, context: Context):
@@ -169,30 +148,26 @@ class TrainJob(AbstractJob[TrainRun]):
         finally:
             if bar is not None:
                 bar.close()
-        runs = {"train": (cfg, plan.data, traj)}
+        runs = (Member("train", cfg, plan.data, traj),)
         return TrainResult(plan, runs, traj.stats["resumed_pieces"])
 
-    def write(self, result: TrainResult, directory: RunDirectory) -> None:
-        if result.one:
-            (_, data, traj) = result.runs["train"]
-            result.stages = {
-                "train": write_train_run(
-                    directory.path,
-                    traj,
-                    unigram_loss=data.references.get("unigram_loss"),
-                )
-            }
-        else:
-            result.stages = write_sweep_run(
-                directory.path, result.plan.cfg.sweep, result.runs
-            )
+    def write(self, result: TrainResult, directory: RunDirectory) -> TrainResult:
+        if not result.one:
+            runs = write_sweep_run(directory.path, result.plan.cfg.sweep, result.runs)
+            return dataclasses.replace(result, runs=runs)
+        (m,) = result.runs
+        unigram = m.data.references.get("unigram_loss")
+        found = write_train_run(directory.path, m.trajectory, unigram_loss=unigram)
+        return dataclasses.replace(
+            result, runs=(dataclasses.replace(m, stages=tuple(found)),)
+        )
 
     def summary(self, result: TrainResult) -> str:
         opt = result.plan.cfg.base.label
         lines = []
-        for name, (_, _, traj) in result.runs.items():
+        for m in result.runs:
+            name, traj, stages = m.name, m.trajectory, m.stages
             loss = traj.metrics["loss"]
-            stages = result.stages.get(name, [])
             heads = {(s.layer, s.head) for s in stages if s.layer >= 0}
             what = (
                 f"t={traj.t[-1]:.4g}, loss {loss[0]:.4f} -> {loss[-1]:.4f}, "
@@ -214,4 +189,4 @@ class TrainJob(AbstractJob[TrainRun]):
         return "\n".join(lines)
 
     def succeeded(self, result: TrainResult) -> bool:
-        return all(traj.status == "success" for _, _, traj in result.runs.values())
+        return all(m.trajectory.status == "success" for m in result.runs)

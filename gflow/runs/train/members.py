@@ -7,9 +7,10 @@ training run (``gflow.runs.train_run.run_train``) with its own held-out sample,
 batches and init. A member's segments are checkpointed in ``checkpoint/<name>/``,
 so an interrupted sweep resumes losing only the segments that were running.
 
-Over P processes (``gflow.runs.distributed``) each process runs the members that
-``assign`` gives it and saves their segments in the shared ``checkpoint/``; process
-0 then reads every member back from there (``gather``) and alone writes the files.
+Over P processes (``gflow.runs.job.AbstractMembersJob``) each process runs the
+members that ``deal`` gives it (``run_members``) and saves their segments in the
+shared ``checkpoint/``; process 0 then reads every member back from there
+(``gather``) and alone writes the files.
 A member is the same program, with the same inputs, on whichever process runs it,
 so its result does not depend on P.
 
@@ -26,13 +27,27 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from gflow.analysis.head_stages import HeadStage
 from gflow.dynamics.trajectory import Trajectory
-from gflow.runs.distributed import Processes, deal
+from gflow.runs.distributed import deal
 from gflow.runs.files import write_json
 from gflow.runs.text.seeds import summarise_seeds
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
 from gflow.runs.train.config import TrainConfig, TrainSweep
 from gflow.runs.train.run import TrainData, prepare, write_train_run
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One finished training run of ``gflow train``: its name in the run
+    directory, configuration, data and trajectory, and its per-head stages once
+    written (``write_sweep_run``, ``write_train_run``)."""
+
+    name: str
+    cfg: TrainConfig
+    data: TrainData
+    trajectory: Trajectory
+    stages: tuple[HeadStage, ...] = ()
 
 
 def _data(member: TrainConfig, cache: dict) -> TrainData:
@@ -47,23 +62,18 @@ def run_members(
     cfg: TrainConfig,
     sweep: TrainSweep,
     run_dir,
-    *,
-    processes: Processes | None = None,
+    mine: list[int] | None = None,
     finished=None,
 ) -> int:
-    """Train this process's members into ``run_dir/checkpoint/<name>/``; returns
-    how many segments were read back instead of computed.
-
-    ``finished(name, traj)`` is called after each member.
+    """Train the members at the indices ``mine`` (default: every one) into
+    ``run_dir/checkpoint/<name>/``; returns how many segments were read back
+    instead of computed. ``finished(name, traj)`` is called after each member.
     """
-    processes = processes or Processes()
     members = sweep.members(cfg)
-    owner = deal(len(members), processes.count)
     cache: dict = {}
     resumed = 0
-    for (name, member), p in zip(members, owner):
-        if p != processes.index:
-            continue
+    for i in range(len(members)) if mine is None else mine:
+        name, member = members[i]
         traj = train_run.run_train(
             member, _data(member, cache), checkpoint_dir=_checkpoint(run_dir, name)
         )
@@ -79,14 +89,14 @@ def _checkpoint(run_dir, name: str) -> Path:
 
 def gather(
     cfg: TrainConfig, sweep: TrainSweep, run_dir, count: int = 1
-) -> dict[str, tuple[TrainConfig, TrainData, Trajectory]]:
-    """Every member read back from ``run_dir/checkpoint`` (none is computed here):
-    name -> (configuration, data, trajectory). FileNotFoundError names a member
-    whose segments are not all there, and the process of ``count`` that ran it."""
+) -> tuple[Member, ...]:
+    """Every member read back from ``run_dir/checkpoint`` (none is computed here).
+    FileNotFoundError names a member whose segments are not all there, and the
+    process of ``count`` that ran it."""
     members = sweep.members(cfg)
     owner = deal(len(members), count)
     cache: dict = {}
-    out = {}
+    out = []
     for (name, member), p in zip(members, owner):
         data = _data(member, cache)
         try:
@@ -98,37 +108,35 @@ def gather(
                 f"member {name}, run by process {p} of {count}: {e}; put the run "
                 "directory on a filesystem that every process shares"
             ) from None
-        out[name] = (member, data, traj)
-    return out
+        out.append(Member(name, member, data, traj))
+    return tuple(out)
 
 
-def write_sweep_run(run_dir, sweep: TrainSweep, runs: dict) -> dict:
+def write_sweep_run(
+    run_dir, sweep: TrainSweep, members: tuple[Member, ...]
+) -> tuple[Member, ...]:
     """Every member's trajectory, stages.json and, for several seeds,
-    stages_summary.json; returns the stages (member -> list of HeadStage)."""
+    stages_summary.json; returns the members with their stages."""
     run_dir = Path(run_dir)
-    stages, entries = {}, {}
-    for name, (_, data, traj) in runs.items():
+    out, entries = [], {}
+    for m in members:
         found = write_train_run(
             run_dir,
-            traj,
-            name=name,
+            m.trajectory,
+            name=m.name,
             stages_file=None,
-            unigram_loss=data.references.get("unigram_loss"),
+            unigram_loss=m.data.references.get("unigram_loss"),
         )
-        stages[name] = found
-        entries[name] = {"available": True, "stages": [s.to_dict() for s in found]}
+        out.append(dataclasses.replace(m, stages=tuple(found)))
+        entries[m.name] = {"available": True, "stages": [s.to_dict() for s in found]}
     write_json(run_dir / "stages.json", entries)
     if sweep.seeds > 1:
-        write_json(run_dir / "stages_summary.json", _summary(sweep, runs, entries))
-    return stages
-
-
-def _summary(sweep: TrainSweep, runs: dict, entries: dict) -> dict:
-    """Stage times over the seeds of each step size (``summarise_seeds``), keyed
-    ``train`` or ``train_lr<η>``."""
-    groups: dict[str, dict[int, dict]] = {}
-    for name, (member, _, _) in runs.items():
-        base = name.rsplit("_s", 1)[0]
-        groups.setdefault(base, {})[member.seed] = entries[name]
-    seeds = sorted({member.seed for member, _, _ in runs.values()})
-    return summarise_seeds(groups, seeds)
+        groups: dict[str, dict[int, dict]] = {}
+        for m in members:  # the seeds of each step size: train or train_lr<η>
+            groups.setdefault(m.name.rsplit("_s", 1)[0], {})[m.cfg.seed] = entries[
+                m.name
+            ]
+        seeds = sorted({m.cfg.seed for m in members})
+        summary = summarise_seeds(groups, seeds)
+        write_json(run_dir / "stages_summary.json", dataclasses.asdict(summary))
+    return tuple(out)

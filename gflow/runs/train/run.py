@@ -29,6 +29,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import optax
+from jaxtyping import Array
 
 from gflow.analysis.head_observables import HeadObservables
 from gflow.analysis.head_stages import HeadStage, detect_head_stages
@@ -39,10 +40,9 @@ from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import SequenceLoss, sequence_loss
 from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
 from gflow.runs.files import write_json
-from gflow.runs.names import DATASETS, TOKENIZERS
-from gflow.runs.sources import AbstractSource
+from gflow.runs.names import DATASETS
+from gflow.runs.strategies import Strategies, train_strategies
 from gflow.runs.train.config import LATER_SETTINGS, TrainConfig
-from gflow.runs.train.strategies import TrainStrategies, train_strategies
 from gflow.runs.trajectory_files import (
     param_columns,
     params_from_columns,
@@ -50,6 +50,7 @@ from gflow.runs.trajectory_files import (
 )
 from gflow.text.corpus import load_corpus
 from gflow.text.observables import observe_saves
+from gflow.text.sources import AbstractSource
 from gflow.text.strategies import AbstractFlowMethod
 from gflow.text.subword import SubwordTokenizer
 from gflow.text.tokenize import Vocabulary
@@ -72,7 +73,7 @@ class TrainData:
     fixed_loss: LossFn | None = None
 
 
-def prepare(cfg: TrainConfig) -> TrainData:
+def prepare(cfg: TrainConfig, strategies: Strategies | None = None) -> TrainData:
     """The minibatch stream and the held-out sample of ``cfg.data``, and the fixed
     loss of a run that descends one (``TrainConfig.minibatches`` False)."""
     key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
@@ -96,7 +97,7 @@ def prepare(cfg: TrainConfig) -> TrainData:
             return dataclasses.replace(data, fixed_loss=source.population_loss())
     else:
         text = load_corpus(cfg.data, max_chars=cfg.max_chars)
-        tokenization = TOKENIZERS.build(cfg.tokenizer, **dataclasses.asdict(cfg))
+        tokenization = (strategies or train_strategies(cfg)).tokenization
         toks, vocab, subword = tokenization.cut(text)
         ids = vocab.encode(toks)
         sample = fixed_sample(ids, length=cfg.seq_len, num=cfg.eval_batch)
@@ -159,7 +160,7 @@ def run_train(
     checkpoint_dir,
     progress=None,
     read_only: bool = False,
-    strategies: TrainStrategies | None = None,
+    strategies: Strategies | None = None,
 ) -> Trajectory:
     """Train as ``cfg`` says, resuming from the pieces found in ``checkpoint_dir``.
 
@@ -296,7 +297,7 @@ class HeldOut(eqx.Module):
     loss: SequenceLoss
     observables: HeadObservables
 
-    def __call__(self, model) -> dict:
+    def __call__(self, model) -> dict[str, Array]:
         return {"loss": self.loss(model), **self.observables(model)}
 
 

@@ -1,6 +1,6 @@
 """The sequence data sets ``gflow train`` samples (``--data markov``, ``--data
-icl-markov``), as objects: what the name table ``DATASETS`` builds from a
-configuration's settings.
+icl-markov``), as objects beside the text corpora: what the name table
+``gflow.runs.DATASETS`` builds from a configuration's settings.
 
 A source gives fresh minibatches (``stream``), the held-out sample, the reference
 losses a run is read against, and the observables of its own task (for in-context
@@ -98,7 +98,7 @@ class MarkovSource(AbstractSource):
     def sample(self, *, key, batch, length):
         return self.chain.sample(key=key, batch=batch, length=length)
 
-    def references(self, length, *, key):
+    def references(self, length, *, key) -> dict[str, float]:
         chain = self.chain
         return {"unigram_loss": chain.unigram_loss, "bayes_loss": chain.bayes_loss}
 
@@ -130,7 +130,7 @@ class InContextSource(AbstractSource):
     def sample(self, *, key, batch, length):
         return self.task.sample(key=key, batch=batch, length=length)
 
-    def references(self, length, *, key):
+    def references(self, length, *, key) -> dict[str, float]:
         """Each strategy's expected loss over the positions (``<strategy>_loss``,
         the bigram's the Bayes-optimal one), Monte Carlo where enumeration does not
         fit, and the limit of a predictor that knows the matrix."""
@@ -140,7 +140,7 @@ class InContextSource(AbstractSource):
         out["known_matrix_loss"] = self.task.bayes_limit()
         return out
 
-    def observe(self, model, tokens):
+    def observe(self, model, tokens) -> dict[str, float]:
         """``kl_<strategy>``: the model's KL distance to each strategy's
         predictions on ``tokens``, averaged over sequences and positions."""
         kl = np.asarray(_strategy_kl(self.task, model, np.asarray(tokens)))
