@@ -218,6 +218,21 @@ def test_every_stage_edge_lands_on_the_grid_point_of_its_closed_form(distractors
     _assert_edges(detect_stages(traj, pi=PI), edges)
 
 
+def test_cycle_one_closes_when_the_next_singular_value_rises():
+    """σ₂'s lifting (and the dilution inside its cycle) is closed once σ₃ has begun
+    its own escape (at 700 here), not provisional (issue 58: the rule reads the
+    next singular value, σ₃, not the one it closes).
+
+    Catches the next singular value read as σ₂ itself (column 1 for 2)."""
+    traj, _ = _exact_trajectory(distractors=False)
+    closed = {
+        (s.name, s.cycle): not s.provisional
+        for s in detect_stages(traj)
+        if s.cycle == 1
+    }
+    assert closed[("asymmetry_lifting", 1)] and closed[("dilution", 1)]
+
+
 def test_a_fall_after_the_lifting_is_no_dilution_of_cycle_one():
     traj, edges = _exact_trajectory(late_fall=True)
     _assert_edges(detect_stages(traj, pi=PI), edges)

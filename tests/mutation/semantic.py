@@ -69,6 +69,7 @@ _SOLVERS = "test_invariants_solvers.py"  # every solver's order and estimate
 _SWEEPS = "test_invariants_sweeps.py"  # a sweep against a constructed reference
 _TEXT = "test_invariants_text.py"  # the full-batch loop against closed forms
 _MONITOR = "test_invariants_monitor.py"  # the monitor's reduction, by hand
+_STAGES = "test_invariants_stages.py"  # stage rules reading the right input
 
 RELATED = {
     "gflow/problems/transformer.py": [_MODELS, "test_transformer.py", _CAUSAL],
@@ -93,7 +94,7 @@ RELATED = {
         "test_stabilised.py",
     ],
     "gflow/dynamics/solvers/stall.py": ["test_flow_diagnostics.py"],
-    "gflow/analysis/stages.py": ["test_stages.py"],
+    "gflow/analysis/stages.py": [_STAGES, "test_stages.py"],
     "gflow/analysis/head_stages.py": ["test_head_observables.py"],
     "gflow/analysis/online_stages.py": ["test_online_stages.py"],
     "gflow/analysis/key_classes.py": ["test_key_classes.py"],
