@@ -25,7 +25,7 @@ import numpy as np
 import optimistix as optx
 import pytest
 
-from gflow.dynamics.solvers import DAMPING, MAX_STAGES
+from gflow.dynamics.solvers import DAMPING, MAX_STAGES, StallReport, suggest
 from gflow.runs import SOLVERS
 
 _Q = np.linalg.qr(np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0], [1.0, 0.0, 1.0]]))[0]
@@ -180,3 +180,34 @@ def test_rock4_takes_its_largest_tabulated_step_and_refuses_the_next():
     y1, err, _, new, _ = advance(jnp.asarray(82000.0))
     assert np.all(np.isinf(np.asarray(err))) and int(new.max_stages) == 0
     np.testing.assert_array_equal(y1, y0)
+
+
+def test_splitting_is_suggested_by_the_gap_to_the_next_eigenvalue_only():
+    """A stall on RKC2 steps whose top two Hessian eigenvalues are close (5e6 and
+    1e6) gets no SplitRKC2 suggestion, however small the last one (1e3); a 50×
+    gap to the second gets it.
+
+    Catches the gap read against the smallest eigenvalue found, not the next."""
+    fields = dict(
+        status="max_steps",
+        solver="RKC2",
+        method="RKC2",
+        t0=0.0,
+        t1=10.0,
+        t_reached=1.0,
+        steps=100,
+        rejected=0,
+        max_steps=100,
+        grad_evals=1000,
+        last_step=0.01,
+        smallest_step=0.01,
+        solver_rho=None,
+        bounds=(0.0,) * 3,
+        lanczos_iters=3,
+        suggestions=(),
+    )
+    split = "solver=SplitRKC2()"
+    close = StallReport(eigenvalues=(5e6, 1e6, 1e3), **fields)
+    assert not any(s.startswith(split) for s in suggest(close))
+    apart = StallReport(eigenvalues=(5e6, 1e5, 1e3), **fields)
+    assert suggest(apart)[0].startswith(split)

@@ -93,7 +93,7 @@ RELATED = {
         "test_split_rkc.py",
         "test_stabilised.py",
     ],
-    "gflow/dynamics/solvers/stall.py": ["test_flow_diagnostics.py"],
+    "gflow/dynamics/solvers/stall.py": [_SOLVERS, "test_flow_diagnostics.py"],
     "gflow/analysis/stages.py": [_STAGES, "test_stages.py"],
     "gflow/analysis/head_stages.py": ["test_head_observables.py"],
     "gflow/analysis/online_stages.py": ["test_online_stages.py"],
