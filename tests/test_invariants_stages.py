@@ -5,7 +5,8 @@ test_online_stages.py leave a one-line bug through.
 
 import numpy as np
 
-from gflow.analysis import turning_points
+from gflow import Trajectory
+from gflow.analysis import detect_head_stages, turning_points
 
 
 def test_a_zigzags_first_move_is_confirmed_by_the_threshold_where_it_is():
@@ -19,3 +20,26 @@ def test_a_zigzags_first_move_is_confirmed_by_the_threshold_where_it_is():
     assert turning_points(rise, np.array([10, 0.3, 0.3, 0.3, 0.3])) == [0, 2, 4]
     small = np.array([0.0, 0.05, 0.1, 0.05, 0.0])
     assert turning_points(small, np.array([0.01, 1, 1, 1, 1])) == [0, 4]
+
+
+def test_each_lifting_of_the_embedding_is_searched_after_the_last_one_ends():
+    """σ₂(W_E) lifts from 250 (ending at 410) and σ₃ from 700, after a tenfold
+    rise of σ₃ at 300 that lies inside σ₂'s lifting: cycle 2's lifting is σ₃'s
+    escape from 700, at its closed-form edges, not the rise at 300.
+
+    Catches the next lifting searched from the previous one's start."""
+    from tests.test_head_observables import T, _head_trajectory, _lift, _sig
+
+    traj, _ = _head_trajectory()
+    sv2, lift2 = _lift(T, 250.0)
+    sv3, lift3 = _lift(T, 700.0)
+    sv3 = sv3 * (1.0 + 9.0 * _sig(T, 300.0, 2.0))  # inside σ₂'s lifting
+    metrics = dict(
+        traj.metrics,
+        sv_W_E=np.stack([np.ones(T.size), sv2, sv3, np.full(T.size, 1e-3)], axis=1),
+    )
+    stages = detect_head_stages(Trajectory(t=T, metrics=metrics, final=None))
+    lifts = {s.cycle: s for s in stages if s.name == "asymmetry_lifting"}
+    for cycle, (start, end) in ((1, lift2), (2, lift3)):
+        assert start <= lifts[cycle].t_start < start + 0.5, (cycle, lifts[cycle])
+        assert end <= lifts[cycle].t_end < end + 0.5, (cycle, lifts[cycle])
