@@ -43,3 +43,27 @@ def test_each_lifting_of_the_embedding_is_searched_after_the_last_one_ends():
     for cycle, (start, end) in ((1, lift2), (2, lift3)):
         assert start <= lifts[cycle].t_start < start + 0.5, (cycle, lifts[cycle])
         assert end <= lifts[cycle].t_end < end + 0.5, (cycle, lifts[cycle])
+
+
+def test_online_condensation_is_where_the_windowed_rate_falls_to_5_percent():
+    """The online condensation rule measures the loss's rate of fall over the last
+    two intervals (Δt = 0.25) and fires once it is at most 5% of its peak. A loss
+    falling at 0.05 per unit time until t = 20, then flat: the rate has fallen to
+    5% of 0.05 first at t = 20.5 (a window wholly past the kink). With a first
+    interval 0.4 steeper, the peak is that first window's 0.85 and its 5% is
+    reached at t = 20.25 (rate 0.025); no earlier, since the slope's 0.05 lies
+    above it.
+
+    Catches the rate divided by the window's end time instead of its length
+    (condensation at t = 10 on the first loss), and the first rate measured over
+    one interval instead of two (a peak of 1.65: condensation during the slope)."""
+    from tests.test_online_stages import _feed, _one, _signals
+
+    dt = 0.25
+    t = np.arange(0.0, 40.0, dt)
+    for first, want in ((0.0, 20.5), (0.4, 20.25)):
+        signals = _signals(t)
+        signals["loss"] = 2.0 - 0.05 * np.minimum(t, 20.0)
+        signals["loss"][0] += first
+        det = _feed(t, signals, window=2)
+        assert _one(det.events, "condensation", -1, -1).t_start == want, first

@@ -96,7 +96,7 @@ RELATED = {
     "gflow/dynamics/solvers/stall.py": [_SOLVERS, "test_flow_diagnostics.py"],
     "gflow/analysis/stages.py": [_STAGES, "test_stages.py"],
     "gflow/analysis/head_stages.py": [_STAGES, "test_head_observables.py"],
-    "gflow/analysis/online_stages.py": ["test_online_stages.py"],
+    "gflow/analysis/online_stages.py": [_STAGES, "test_online_stages.py"],
     "gflow/analysis/key_classes.py": ["test_key_classes.py"],
     "gflow/analysis/compare.py": [_SWEEPS, "test_compare.py"],
     "gflow/analysis/sweep_compare.py": [_SWEEPS, "test_optimizer_odes.py"],
