@@ -582,10 +582,14 @@ def ladder_page(
         f"{held[0]}-{held[-1]}, the stage rules of [stage_rules.md](stage_rules.md) "
         f"at the margin fixed there on seeds 0-9 ({margin:g}). Settings: the "
         "ladder's (width 16, context 32, float32, init 1e-3, rung 8: 0.02; 600 "
-        "steps; GD at eta = 0.5 on 64 fixed sequences, t = 300; SGD at the same "
-        "eta on fresh batches of 32; AdamW peak 0.01, "
-        "warmup 10%, cosine, batches of 32 fresh sequences); the rules read "
-        "`HeadObservables` on 32 held-out sequences, 41 saves.",
+        "steps; GD at eta = 0.5 on 64 fixed sequences, t = 300; "
+        + (
+            "SGD at the same eta on fresh batches of 32; "
+            if any(k[2] == "sgd" for k in c)
+            else ""
+        )
+        + "AdamW peak 0.01, warmup 10%, cosine, batches of 32 fresh sequences); "
+        "the rules read `HeadObservables` on 32 held-out sequences, 41 saves.",
         "",
         "Per cell, **seeds** (a seed counts when any of its heads shows it). On "
         "the paper's chain: the half cycle (the paper's focus onto the top token, "
