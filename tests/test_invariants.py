@@ -22,6 +22,7 @@ import pytest
 import gflow
 from gflow import AttentionModel, PositionalAttentionModel, Trajectory, Transformer
 from gflow.analysis import attention_rows
+from gflow.dynamics.solvers import RKC2
 from gflow.text import TextLoss, text_loss
 
 D_VOCAB, WIDTH, HEADS, S = 4, 8, 2, 5
@@ -378,6 +379,33 @@ def test_a_run_that_blows_up_at_its_first_step_stops_there():
     assert np.isfinite(run.metrics["loss"][0])
     assert np.all(np.isnan(run.metrics["loss"][1:]))
     assert run.stats["grad_evals"] == len(calls) == 400 + 2 * 201
+
+
+def test_rejected_steps_are_charged_the_accepted_steps_mean():
+    """RKC2 on L = ½ Σ a w² (h ρ < 1.6: two stages a step) counts its accepted
+    steps' evaluations: 1 + 2·30 to start (f and 30 power-iteration products),
+    then 4 a step (one product for ρ, one stage, f at the end). The rejected steps,
+    whose state Diffrax drops, are charged the accepted steps' mean, so the solve
+    reports A + round(R·A/N_acc) with A = 61 + 4 N_acc (129 here, with 3 of 12
+    steps rejected).
+
+    Catches the rejected steps charged the mean over all steps (121 here)."""
+    traj = gflow.solve_flow(
+        Quadratic(A),
+        W0,
+        t1=1.0,
+        ts=np.array([0.0, 1.0]),
+        solver=RKC2(),
+        rtol=1e-3,
+        atol=1e-6,
+        dt0=1.0,
+        progress=False,
+    )
+    s = traj.stats
+    accepted, rejected = s["num_accepted_steps"], s["num_rejected_steps"]
+    assert rejected > 0
+    kept = 61 + 4 * accepted
+    assert s["grad_evals"] == kept + round(rejected * kept / accepted)
 
 
 SCHEDULE = optax.warmup_cosine_decay_schedule(
