@@ -76,7 +76,7 @@ class Config:
 
 #: What the stage times depend on besides the runs (a results file read with
 #: other rules is started over).
-RULES = "detect_stages cycle 1, closed stages only (issue 55)"
+RULES = "detect_stages cycle 1, closed stages only, each save time once (issue 55)"
 _NAMES = {
     "condensation": "condensation",
     "focus": "focus",
@@ -95,11 +95,15 @@ def paper_stages(traj, chain) -> dict:
     m["unigram_gap"] = m["loss"] - chain.unigram_loss
     ok = np.all(np.isfinite(m["attention"].reshape(t.size, -1)), axis=1)
     ok &= np.isfinite(m["loss"]) & np.all(np.isfinite(m["sv_W_E"]), axis=1)
-    # a diverged member's clock stops: its repeated times are not read either
-    ok &= np.concatenate([[True], np.diff(t) > 0])
     n = t.size if ok.all() else int(np.argmin(ok))  # up to the first bad save
+    # a save on the step grid can repeat the time of the one before (a step
+    # longer than the save interval; a diverged member's stopped clock): each
+    # time is read once
+    keep = np.flatnonzero(
+        t[:n] > np.concatenate([[-np.inf], np.maximum.accumulate(t[:n])[:-1]])
+    )
     found = detect_stages(
-        Trajectory(t=t[:n], metrics={k: v[:n] for k, v in m.items()}, final=None),
+        Trajectory(t=t[keep], metrics={k: v[keep] for k, v in m.items()}, final=None),
         pi=np.asarray(chain.pi),
     )
     cycle1 = {}

@@ -50,7 +50,13 @@ def test_paper_stages_are_the_detectors_cycle_one_closed_stages():
     }
     bad = types.SimpleNamespace(t=np.append(cut.t, cut.t[-1] + DT), metrics=m)
     assert fvo.paper_stages(bad, chain) == short
-    # nor saves whose clock has stopped (a diverged member's)
+    # a repeated time (a step longer than the save interval, or a diverged
+    # member's stopped clock) is read once
+    doubled = types.SimpleNamespace(
+        t=np.repeat(traj.t, 2),
+        metrics={k: np.repeat(v, 2, axis=0) for k, v in traj.metrics.items()},
+    )
+    assert fvo.paper_stages(doubled, chain) == st
     stuck = types.SimpleNamespace(
         t=np.append(cut.t, cut.t[-1]),
         metrics={k: np.concatenate([v, v[-1:]]) for k, v in cut.metrics.items()},
