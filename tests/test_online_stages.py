@@ -435,3 +435,15 @@ def test_a_dilution_during_the_focus_rise_is_reported_at_the_focus():
             focus = _one(det.events, "focus")
             assert off[0].t_end < focus.t_start
             assert _one(det.events, "dilution").t_start == focus.t_start
+
+
+def test_a_move_of_exactly_its_margin_is_reported():
+    """The rules fire when the move reaches its amount, not only past it: the excess
+    on the top token stepping from 0 to exactly the margin (0.1, also its level
+    above the baseline) is the paper's focus, at the step. A strict comparison
+    (the semantic mutant online-crossed-ge) reports nothing."""
+    t = np.arange(0.0, 80.0, 1.0)
+    sig = _signals(t)
+    sig["head_key_excess"][:, 0, 0, 0] = np.where(t >= 40.0, 0.1, 0.0)
+    focus = _one(_feed(t, sig).events, "focus")
+    assert focus.t_start == 40.0 and focus.value - focus.reference == 0.1
