@@ -209,8 +209,8 @@ class _Head:
         self.focused = False
         self.dilution_opened = False
         #: a reported lifting whose growth has not ended: (t, ln σ) since its
-        #: onset, and the index of σ
-        self.ending: tuple[list[tuple[float, float]], int] | None = None
+        #: onset, the index of σ, the peak rate so far and the number of rates read
+        self.ending: tuple[list[tuple[float, float]], int, float, int] | None = None
         self.trace: list[tuple[float, float]] = []  # the open lifting's (t, ln σ)
 
 
@@ -416,7 +416,8 @@ class OnlineStageDetector:
         if self._step_rules(emb, step, t, x, new):
             # the growth so far, from its onset: the rate's peak is read on it
             trace = [(s, v) for s, v in emb.trace if s >= rule.move.onset]
-            emb.ending = (trace, emb.cycle)
+            rates = self._rates(trace)
+            emb.ending = (trace, emb.cycle, max(rates, default=-math.inf), len(rates))
             emb.cycle += 1
             emb.trace = []
 
@@ -424,16 +425,22 @@ class OnlineStageDetector:
     def _log_sv(x, i: int) -> float:
         return math.log(max(float(x["sv_W_E"][i]), 1e-300))
 
+    def _rates(self, trace: list[tuple[float, float]]) -> list[float]:
+        """The growth rates of ln σ over ``window`` intervals along ``trace``."""
+        w = self.window
+        return [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(trace[:-w], trace[w:])]
+
     def _growth_ended(self, emb: _Head, x, t: float) -> bool:
         """Whether the reported lifting's growth rate of ln σ, over the last
         ``window`` intervals, has fallen below a quarter of its peak."""
-        trace, i = emb.ending
+        trace, i, peak, n = emb.ending
         trace.append((t, self._log_sv(x, i)))
-        rates = [
-            (b[1] - a[1]) / (b[0] - a[0])
-            for a, b in zip(trace[: -self.window], trace[self.window :])
-        ]
-        return len(rates) > 1 and rates[-1] < 0.25 * max(rates)
+        if len(trace) <= self.window:
+            return False
+        rate = self._rates(trace[-self.window - 1 :])[0]
+        peak, n = max(peak, rate), n + 1
+        emb.ending = (trace, i, peak, n)
+        return n > 1 and rate < 0.25 * peak
 
     def _open_cycle(self, cycle: int, x, t: float) -> None:
         """Cycle ``cycle`` of every head that has focused: its focus (key ``self``)
