@@ -447,3 +447,18 @@ def test_a_move_of_exactly_its_margin_is_reported():
     sig["head_key_excess"][:, 0, 0, 0] = np.where(t >= 40.0, 0.1, 0.0)
     focus = _one(_feed(t, sig).events, "focus")
     assert focus.t_start == 40.0 and focus.value - focus.reference == 0.1
+
+
+def test_an_entropy_falls_key_is_measured_from_the_observation_at_its_onset():
+    """The entropy fall's key is the class whose excess rose most from the
+    observation at the move's onset (t = 24 here, an observed time) to the report.
+    A jump of the first-position excess at exactly that observation is part of the
+    baseline, so the key is the top token's rise; reading the baseline one
+    observation early (the semantic mutant online-excess-at) names the first
+    position."""
+    t = np.arange(0.0, 120.0, 1.0)
+    sig = _signals(t)
+    sig["head_key_excess"][:, 0, 0, 3] = np.where(t >= 24.0, 2.0, 0.0)
+    fall = _one(_feed(t, sig).events, "entropy_fall")
+    assert fall.onset == 24.0
+    assert fall.key == "top"
