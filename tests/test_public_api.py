@@ -561,3 +561,13 @@ def test_a_text_run_by_hand_writes_the_files_gflow_text_writes(tmp_path):
     back = load_run(out)
     for name, traj in runs.items():
         np.testing.assert_allclose(back[name].metrics["loss"], traj.metrics["loss"])
+
+
+def test_probe_unigram_loss_is_the_add_one_unigram_of_the_contexts_on_the_last_tokens():
+    """Closed form: contexts [0, 0, 1] and [0, 2, 2] over d = 4 give add-one counts
+    (4, 2, 3, 1) / 10; the last tokens 1 and 3 score -(ln 0.2 + ln 0.1) / 2."""
+    from gflow.monitor import probe_unigram_loss
+
+    tokens = np.array([[0, 0, 1, 1], [0, 2, 2, 3]])
+    want = -(np.log(0.2) + np.log(0.1)) / 2
+    assert float(probe_unigram_loss(tokens, 4)) == pytest.approx(want, rel=1e-6)
