@@ -131,7 +131,7 @@ def reread(result: dict) -> dict:
         # step from 0
         events = [
             dataclasses.replace(e, step=e.step * EVERY)
-            for e in sc.online(traj, StageDetector().margin)
+            for e in sc.online(traj, StageDetector())
         ]
         stages = detect_head_stages(traj, detector=StageDetector())
     return result | {

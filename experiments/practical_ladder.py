@@ -20,7 +20,9 @@ Command:
 
 Resumable: each (data, rung, method, seed) run is cached as one JSON file under
 ``experiments/results/practical_ladder/runs/`` and skipped when present; the page
-docs/practical_models.md is rewritten from the cache. Runtime and the load are
+docs/ladder_entropy_rule.md (the old entropy rule's blocks, superseded by the
+stage rules of docs/stage_rules.md and kept for the record) is rewritten from the
+cache. Runtime and the load are
 recorded in ``summary.json`` and on the page.
 
 The methods, clock, held-out observables, stage detection and departures are those
@@ -58,7 +60,7 @@ from gflow.problems import MarkovChain
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "practical_ladder"
-DOC = ROOT / "docs" / "practical_models.md"
+DOC = ROOT / "docs" / "ladder_entropy_rule.md"  # the old rule's record
 START, END = "<!-- practical_ladder:start -->", "<!-- practical_ladder:end -->"
 CONTROL = ("<!-- practical_controls:start -->", "<!-- practical_controls:end -->")
 TEXT = ("<!-- practical_text:start -->", "<!-- practical_text:end -->")

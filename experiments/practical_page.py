@@ -1,11 +1,10 @@
 """docs/practical_models.md by one command (issue 30 point 5).
 
-The page has seven generated blocks, each from one resumable experiment: the
+The page has four generated blocks, each from one resumable experiment: the
 ladder read with the stage rules against its i.i.d. control
-(``experiments/stage_controls.py --ladder``, about 50 min from empty caches), the
-ladder on Markov data and its i.i.d. control with the old entropy rule, the
-ladder on BPE text and its shuffled control (``experiments/practical_ladder.py``
-and its ``--controls``, ``--text``, ``--text-controls``), GD against the flow on
+(``experiments/stage_controls.py --ladder``, about 50 min from empty caches), BPE
+text against its shuffled control with the same rules
+(``experiments/stage_controls.py --text``), GD against the flow on
 every rung
 (``experiments/ladder_flow.py``) and the fair text test
 (``experiments/fair_text_test.py``). This command runs them in that order, each in
@@ -66,10 +65,7 @@ class Part:
 
 PARTS = (
     Part("ladder read with the stage rules", "stage_controls.py", ("--ladder",)),
-    Part("ladder, Markov data", "practical_ladder.py"),
-    Part("ladder, i.i.d. control", "practical_ladder.py", ("--controls",)),
-    Part("ladder, BPE text", "practical_ladder.py", ("--text",)),
-    Part("ladder, shuffled text", "practical_ladder.py", ("--text-controls",)),
+    Part("BPE text read with the stage rules", "stage_controls.py", ("--text",)),
     Part("GD against the flow per rung", "ladder_flow.py"),
     Part("fair text test", "fair_text_test.py", expensive=True),
 )

@@ -15,13 +15,19 @@ sequences) and AdamW (warmup-cosine, peak 0.01, batches of 32 fresh sequences), 
 - ``tinystories-bpe-prefix-shuffled``: TinyStories cut by BPE (128 pieces, the
   whitespace glued to the next word, ``prefix``) with its pieces in a random
   order: the corpus's frequencies, no context (needs ../shared/data; skipped
-  where absent).
+  where absent); no piece dominates (the top piece 1.02 times the next), so
+  the cycle-1 focus cannot fire there whatever the gate;
+- ``tinystories-bpe-isolated-shuffled``: the same with the whitespace a piece of
+  its own (``isolated``): ▁ is about 8 times the next piece, so the focus rule
+  can act and only the information gate stands between it and a false focus.
 
 Each run keeps its per-head signals (``HeadObservables`` on 32 held-out
-sequences), so the rules are read afterwards at any margin. The margin is chosen
-on the tuning seeds 0-9 only: the smallest of ``MARGINS`` at which no tuning seed
-of any control fires the paper's focus or dilution on any rung and method, one
-margin for all. The held-out seeds (10 and up) are then read at that margin.
+sequences), so the rules are read afterwards at any margin. The margin and the
+information gate (``min_information``) are chosen on the tuning seeds 0-9 only:
+the first pair, smallest margin of ``MARGINS`` first, then smallest gate of
+``GATES``, at which no tuning seed of any control fires the paper's focus or
+dilution on any rung and method, one pair for all. The held-out seeds (10 and
+up) are then read with it.
 
 Counting is by seed: a seed fires when any of its heads shows the paper's focus
 or dilution (closed or provisional); 95% Wilson intervals with the seed as the
@@ -34,13 +40,16 @@ Command (resumable: each run is cached under experiments/results/stage_controls/
     PYTHONPATH=$PWD python experiments/stage_controls.py --seeds 10-44   # held out
     PYTHONPATH=$PWD python experiments/stage_controls.py --doc-only      # the page
     PYTHONPATH=$PWD python experiments/stage_controls.py --ladder        # the ladder
+    PYTHONPATH=$PWD python experiments/stage_controls.py --text          # BPE text
 
 ``--ladder`` runs every rung of the ladder (0-8) under GD and AdamW on the chain
 and its matched i.i.d. control, held-out seeds 10-34, and writes the block of
 docs/practical_models.md (rungs 0, 3, 4 and 7 reuse the runs above; the other
 five rungs' 500 runs, 2 methods x 2 data sets x 25 seeds each, took 2 920 s
-beside other jobs). ``--quick`` is the smoke run (rung 0, one seed, a scratch
-folder).
+beside other jobs). ``--text`` runs TinyStories cut by BPE in both whitespace
+modes and their shuffled controls on the same rungs and methods, held-out seeds,
+and writes the text block of docs/practical_models.md.
+``--quick`` is the smoke run (rung 0, one seed, a scratch folder).
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import math
 import os
 import time
@@ -81,10 +91,31 @@ LADDER_SEEDS = tuple(range(10, 35))
 LADDER_DOC = ROOT / "docs" / "practical_models.md"
 LADDER_MARKS = ("<!-- ladder_rules:start -->", "<!-- ladder_rules:end -->")
 LADDER_FIGURE = ROOT / "docs" / "figures" / "ladder_rules.png"
+#: (text, its shuffled control) per whitespace mode
+TEXTS = (
+    ("tinystories-bpe-prefix", "tinystories-bpe-prefix-shuffled"),
+    ("tinystories-bpe-isolated", "tinystories-bpe-isolated-shuffled"),
+)
+TEXT_MARKS = ("<!-- text_rules:start -->", "<!-- text_rules:end -->")
 CHAIN = "markov"
-CONTROLS = ("markov-iid", "markov-uniform", "tinystories-bpe-prefix-shuffled")
+CONTROLS = (
+    "markov-iid",
+    "markov-uniform",
+    "tinystories-bpe-prefix-shuffled",
+    "tinystories-bpe-isolated-shuffled",
+)
+#: the controls' names in the tables
+SHORT = {
+    "markov-iid": "i.i.d.",
+    "markov-uniform": "uniform pi",
+    "tinystories-bpe-prefix-shuffled": "shuffled text, prefix",
+    "tinystories-bpe-isolated-shuffled": "shuffled text, isolated",
+}
 #: the margins tried on the tuning seeds (attention weight)
 MARGINS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3)
+#: the information gate's thresholds tried (``min_information``, nats below the
+#: probe's unigram loss), the library's default first
+GATES = (0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1)
 TUNING = tuple(range(10))
 #: the signals each run keeps (what the stage rules read)
 KEPT = (
@@ -103,7 +134,7 @@ KEPT = (
 def config(data: str, rungs=RUNGS) -> pl.Config:
     """The ladder's configuration for one data set (text: its BPE vocabulary)."""
     cfg = dataclasses.replace(pl.Config(), datasets=(data,), rungs=tuple(rungs))
-    if data not in pl.SHUFFLED:
+    if data not in pl.SHUFFLED and data not in pl.CORPORA:
         return cfg
     return dataclasses.replace(cfg, vocab_size=pl.TEXT_VOCAB, max_chars=200_000)
 
@@ -161,12 +192,34 @@ def run(datasets, seeds, *, rungs=RUNGS, methods=METHODS, log=print) -> None:
 # ------------------------------------------------------------------- reading
 
 
+@functools.cache
+def probe_unigram(data: str) -> float:
+    """The information gate's reference for ``data``: the cross-entropy of the
+    held-out sample's targets under its own unigram prediction (the add-one
+    smoothed frequencies of its context tokens), ``gflow.Monitor``'s definition.
+    The held-out loss is the last-position loss of 128 sequences; against the
+    training distribution's entropy instead, the 128 targets' own composition
+    (the same probe for every seed) moves the gap by about 0.05-0.1 nats, which
+    opened the gate on every AdamW run of shuffled text."""
+    from gflow.monitor import probe_unigram_loss
+
+    loaded = pl.load_data(config(data))
+    if data not in loaded:
+        raise FileNotFoundError(f"no data set {data!r} (../shared/data absent?)")
+    d = loaded[data]
+    return float(probe_unigram_loss(jnp.asarray(d.held_out), d.d_vocab))
+
+
 def load(data: str, rung: str, method: str, seed: int) -> Trajectory | None:
+    """A cached run, its ``unigram_gap`` read against ``probe_unigram`` (the runs
+    stored the gap against the training distribution's entropy)."""
     path = _path(data, rung, method, seed)
     if not path.exists():
         return None
     z = np.load(path)
     metrics = {k: z[k] for k in z.files if k not in ("t", "status")}
+    if "loss" in metrics:
+        metrics["unigram_gap"] = np.asarray(metrics["loss"]) - probe_unigram(data)
     return Trajectory(t=z["t"], metrics=metrics, final=None)
 
 
@@ -202,8 +255,8 @@ def final_map(traj: Trajectory) -> str:
     return f"L{layer}H{head}: entropy {ent[layer, head]:.3f} nats; {parts}"
 
 
-def read(traj: Trajectory, margin: float, *, gate: bool = True) -> dict:
-    """What the rules find in one run at ``margin``: whether any head shows the
+def read(traj: Trajectory, rules: StageDetector, *, gate: bool = True) -> dict:
+    """What the ``rules`` find in one run: whether any head shows the
     paper's focus, dilution, the half cycle (focus then dilution in one head), the
     full cycle (and the sigma_2(W_E) lifting), and the other named moves.
     ``gate=False`` reads the run without its ``unigram_gap`` (the information gate
@@ -213,7 +266,7 @@ def read(traj: Trajectory, margin: float, *, gate: bool = True) -> dict:
         traj = Trajectory(t=traj.t, metrics=metrics, final=None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no frequent token: said on the page
-        stages = detect_head_stages(traj, detector=StageDetector(margin=margin))
+        stages = detect_head_stages(traj, detector=rules)
     c1 = [s for s in stages if s.cycle == 1 and s.layer >= 0]
     heads = {(s.layer, s.head) for s in c1}
 
@@ -252,12 +305,12 @@ def read(traj: Trajectory, margin: float, *, gate: bool = True) -> dict:
     return out
 
 
-def online(traj: Trajectory, margin: float) -> list:
+def online(traj: Trajectory, rules: StageDetector) -> list:
     """The online detector read one save at a time along a run, as a monitor
     observing every save interval would (the probe: the same held-out sequences,
     the probe loss the held-out loss, its unigram gap the information gate)."""
     m = traj.metrics
-    det = OnlineStageDetector(StageDetector(margin=margin))
+    det = OnlineStageDetector(rules)
     if "top_dominance" in m:
         det.frequent_token = float(m["top_dominance"][0]) >= det.detector.min_dominance
     for i, t in enumerate(np.asarray(traj.t)):
@@ -268,14 +321,29 @@ def online(traj: Trajectory, margin: float) -> list:
     return det.events
 
 
-def match_paper(t, everything, stages) -> dict:
+def informed_at(t, gap, detector: StageDetector) -> float:
+    """When the online information gate opens: the time of the
+    ``information_saves``-th consecutive save with ``gap`` at least
+    ``min_information`` below zero (inf when it never does; -inf without a gap)."""
+    if gap is None:
+        return -np.inf
+    run = 0
+    for ti, g in zip(np.asarray(t, float), np.asarray(gap, float)):
+        run = run + 1 if g <= -detector.min_information else 0
+        if run >= detector.information_saves:
+            return float(ti)
+    return np.inf
+
+
+def match_paper(t, everything, stages, *, informed: float = -np.inf) -> dict:
     """The online paper events (focus, dilution of cycle 1) of one run against
     its offline stages. An online event matches an offline stage of the same
     name, cycle, layer and head when it is reported within [t_start - dt,
     max(t_end, allowed) + dt]: dt the save interval at the report (the online
     rules report a crossing at the first observation after it); ``allowed`` the
     earliest the online rules may report it (no focus before the online
-    condensation, no dilution before the head's online focus).
+    condensation or before the information gate opens at ``informed``, no
+    dilution before the head's online focus).
     ``t``: the observation times; ``everything``: the online events;
     ``stages``: the offline ones. Returns the counts."""
     t = np.asarray(t, float)
@@ -283,7 +351,7 @@ def match_paper(t, everything, stages) -> dict:
     offline = [s for s in stages if s.stage in want and s.cycle == 1]
     events = [e for e in everything if e.stage in want and e.cycle == 1]
     cond = [e.t_start for e in everything if e.stage == "condensation"]
-    t_cond = cond[0] if cond else -np.inf
+    t_cond = max(cond[0] if cond else -np.inf, informed)
     focused = {(e.layer, e.head): e.t_start for e in events if e.stage == "focus"}
 
     def near(e, s):
@@ -319,7 +387,7 @@ def summarise(matches: list[dict]) -> dict:
     }
 
 
-def agreement(seeds, margin: float, rung: str, method: str) -> dict:
+def agreement(seeds, rules: StageDetector, rung: str, method: str) -> dict:
     """Per data set: ``match_paper`` over the cached runs of (rung, method),
     the online events replayed from the stored signals (``online``)."""
     out = {}
@@ -331,8 +399,11 @@ def agreement(seeds, margin: float, rung: str, method: str) -> dict:
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                stages = detect_head_stages(traj, detector=StageDetector(margin=margin))
-            matches.append(match_paper(traj.t, online(traj, margin), stages))
+                stages = detect_head_stages(traj, detector=rules)
+            gate = informed_at(traj.t, traj.metrics.get("unigram_gap"), rules)
+            matches.append(
+                match_paper(traj.t, online(traj, rules), stages, informed=gate)
+            )
         out[data] = summarise(matches)
     return out
 
@@ -361,7 +432,12 @@ def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
 
 
 def cells(
-    seeds, margin: float, *, data_sets=(CHAIN, *CONTROLS), rungs=RUNGS, methods=METHODS
+    seeds,
+    rules: StageDetector,
+    *,
+    data_sets=(CHAIN, *CONTROLS),
+    rungs=RUNGS,
+    methods=METHODS,
 ) -> dict:
     """(data, rung, method) -> {"n", "bad", per-read counts, "moves", "ends"}
     ("ends": per left-out run, where its lowest-entropy head's mass went)."""
@@ -379,9 +455,9 @@ def cells(
                         cell["ends"].append(final_map(traj))
                         continue
                     cell["n"] += 1
-                    got = read(traj, margin)
+                    got = read(traj, rules)
                     cell["ungated"] = cell.get("ungated", 0) + int(
-                        read(traj, margin, gate=False)["paper"]
+                        read(traj, rules, gate=False)["paper"]
                     )
                     for k in (
                         "focus",
@@ -400,25 +476,30 @@ def cells(
     return out
 
 
-def tune(seeds=TUNING) -> tuple[float, list[str]]:
-    """The smallest margin at which no tuning seed of any control fires; the
-    lines of the tuning table."""
+def tune(seeds=TUNING) -> tuple[StageDetector, list[str]]:
+    """The rules kept: the first (margin, gate) in the order (smallest margin,
+    then smallest information gate ``min_information``) at which no tuning seed
+    of any control fires; the lines of the tuning table (every pair tried up to
+    that one)."""
     lines = [
-        "| margin | control seeds firing (all cells) | chain seeds with the half "
-        "cycle (all cells) |",
-        "|---|---|---|",
+        "| margin | gate (nats) | control seeds firing (all cells) | chain seeds "
+        "with the half cycle (all cells) |",
+        "|---|---|---|---|",
     ]
-    chosen = None
     for margin in MARGINS:
-        c = cells(seeds, margin)
-        fire = sum(v.get("paper", 0) for k, v in c.items() if k[0] != CHAIN)
-        runs = sum(v["n"] for k, v in c.items() if k[0] != CHAIN)
-        half = sum(v.get("half", 0) for k, v in c.items() if k[0] == CHAIN)
-        chain = sum(v["n"] for k, v in c.items() if k[0] == CHAIN)
-        lines.append(f"| {margin:g} | {fire} of {runs} | {half} of {chain} |")
-        if chosen is None and fire == 0 and runs:
-            chosen = margin
-    return (MARGINS[-1] if chosen is None else chosen), lines
+        for gate in GATES:
+            rules = StageDetector(margin=margin, min_information=gate)
+            c = cells(seeds, rules)
+            fire = sum(v.get("paper", 0) for k, v in c.items() if k[0] != CHAIN)
+            runs = sum(v["n"] for k, v in c.items() if k[0] != CHAIN)
+            half = sum(v.get("half", 0) for k, v in c.items() if k[0] == CHAIN)
+            chain = sum(v["n"] for k, v in c.items() if k[0] == CHAIN)
+            lines.append(
+                f"| {margin:g} | {gate:g} | {fire} of {runs} | {half} of {chain} |"
+            )
+            if fire == 0 and runs:
+                return rules, lines
+    return StageDetector(margin=MARGINS[-1], min_information=GATES[-1]), lines
 
 
 def _fmt(k: int, n: int) -> str:
@@ -427,8 +508,9 @@ def _fmt(k: int, n: int) -> str:
 
 
 def page(held: tuple[int, ...]) -> str:
-    margin, tuning = tune()
-    c = cells(held, margin)
+    rules, tuning = tune()
+    margin, gate = rules.margin, rules.min_information
+    c = cells(held, rules)
     lines = [
         f"Generated by `PYTHONPATH=$PWD python experiments/stage_controls.py` "
         f"({datetime.date.today().isoformat()}); tuning seeds 0-9, held-out seeds "
@@ -436,14 +518,16 @@ def page(held: tuple[int, ...]) -> str:
         "",
         "**Tuning (seeds 0-9).** Seeds whose heads show the paper's focus or "
         "dilution, summed over the controls' rungs and methods, and the chain's "
-        "seeds with the half cycle, at each margin tried:",
+        "seeds with the half cycle, at each (margin, information gate) tried, "
+        "in order, up to the first that no control seed fires at:",
         "",
         *tuning,
         "",
-        f"The margin kept: **{margin:g}** (the smallest with no control seed "
-        "firing), for every rung and method.",
+        f"The rules kept: **margin {margin:g}, information gate {gate:g} nats** "
+        "(the first pair with no control seed firing), for every rung and method.",
         "",
-        f"**Held-out seeds at margin {margin:g}.** Per cell: seeds with the paper's "
+        f"**Held-out seeds at margin {margin:g}, gate {gate:g}.** Per cell: "
+        "seeds with the paper's "
         "focus or dilution in any head (closed or provisional) on each control; on "
         "the chain, seeds with the half cycle (focus onto the top token, then "
         "dilution from it, in one head) and the full cycle (with the sigma_2(W_E) "
@@ -459,9 +543,10 @@ def page(held: tuple[int, ...]) -> str:
         "the information gate (the excess rule alone): what the gate removes.",
         "",
         "| rung | method | chain: half cycle, closed | only with a provisional "
-        "stage | chain: full cycle, closed | i.i.d. | uniform pi | shuffled text "
-        "| chain (closed) - i.i.d. | left out | i.i.d., excess rule alone |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "stage | chain: full cycle, closed | "
+        + " | ".join(SHORT[d] for d in CONTROLS)
+        + " | chain (closed) - i.i.d. | left out | i.i.d., excess rule alone |",
+        "|---|---|---|---|---|" + "---|" * len(CONTROLS) + "---|---|---|",
     ]
     for rung in RUNGS:
         for method in METHODS:
@@ -476,7 +561,7 @@ def page(held: tuple[int, ...]) -> str:
                 v = c.get((data, rung, method))
                 row.append(_fmt(v.get("paper", 0), v["n"]) if v and v["n"] else "-")
                 if v and v["bad"]:
-                    bad.append(f"{data.split('-')[1]} {v['bad']}")
+                    bad.append(f"{SHORT[data]} {v['bad']}")
             iid = c.get(("markov-iid", rung, method))
             if ch["n"] and iid and iid["n"]:
                 lo, hi = newcombe(closed, ch["n"], iid.get("paper", 0), iid["n"])
@@ -489,7 +574,7 @@ def page(held: tuple[int, ...]) -> str:
             )
             lines.append("| " + " | ".join(row) + " |")
     rung, method = "7 +positions", "adamw"
-    agree = agreement(held, margin, rung, method)
+    agree = agreement(held, rules, rung, method)
     lines += [
         "",
         f"**The online rules on the LayerNorm block (rung {rung}: 2 layers x 2 "
@@ -528,7 +613,7 @@ def page(held: tuple[int, ...]) -> str:
     ]
     for r in RUNGS:
         for m in METHODS:
-            a = agree if (r, m) == (rung, method) else agreement(held, margin, r, m)
+            a = agree if (r, m) == (rung, method) else agreement(held, rules, r, m)
             ch = a[CHAIN]
             ctrl = sum(v["fired"] for k, v in a.items() if k != CHAIN)
             n_ctrl = sum(v["n"] for k, v in a.items() if k != CHAIN)
@@ -562,16 +647,20 @@ def page(held: tuple[int, ...]) -> str:
 
 
 def ladder_page(
-    held: tuple[int, ...] = LADDER_SEEDS, *, figure=True, margin: float | None = None
+    held: tuple[int, ...] = LADDER_SEEDS,
+    *,
+    figure=True,
+    rules: StageDetector | None = None,
 ) -> str:
     """docs/practical_models.md's ladder block: every rung under GD, SGD and AdamW,
     the paper's chain against its matched i.i.d. control, by seed, at the margin
-    tuned on seeds 0-9 (``margin``: another)."""
-    if margin is None:
-        margin, _ = tune()
+    and gate tuned on seeds 0-9 (``rules``: others)."""
+    if rules is None:
+        rules, _ = tune()
+    margin, gate = rules.margin, rules.min_information
     c = cells(
         held,
-        margin,
+        rules,
         data_sets=(CHAIN, "markov-iid"),
         rungs=LADDER,
         methods=LADDER_METHODS,
@@ -580,7 +669,8 @@ def ladder_page(
         f"Generated by `PYTHONPATH=$PWD python experiments/stage_controls.py "
         f"--ladder` ({datetime.date.today().isoformat()}), held-out seeds "
         f"{held[0]}-{held[-1]}, the stage rules of [stage_rules.md](stage_rules.md) "
-        f"at the margin fixed there on seeds 0-9 ({margin:g}). Settings: the "
+        f"at the margin and information gate fixed there on seeds 0-9 ({margin:g}, "
+        f"{gate:g} nats). Settings: the "
         "ladder's (width 16, context 32, float32, init 1e-3, rung 8: 0.02; 600 "
         "steps; GD at eta = 0.5 on 64 fixed sequences, t = 300; "
         + (
@@ -664,6 +754,129 @@ def ladder_page(
     return "\n".join(lines) + "\n"
 
 
+def _informed(
+    data: str, rung: str, method: str, seeds, rules: StageDetector
+) -> tuple[int, int, float]:
+    """Seeds whose run the information gate reads as informative
+    (``StageDetector.informative``: the held-out loss at least ``min_information``
+    below the unigram loss at ``information_saves`` consecutive saves), the runs
+    read, and the top token's dominance (its count over the next one's, on the
+    probe: the cycle-1 focus needs ``min_dominance``)."""
+    k = n = 0
+    dom = math.nan
+    for seed in seeds:
+        traj = load(data, rung, method, seed)
+        if traj is None or collapsed(traj, method):
+            continue
+        n += 1
+        k += int(rules.informative(traj.metrics))
+        if "top_dominance" in traj.metrics:
+            dom = float(np.asarray(traj.metrics["top_dominance"]).ravel()[0])
+    return k, n, dom
+
+
+def text_page(held: tuple[int, ...], rules: StageDetector | None = None) -> str:
+    """docs/practical_models.md's text block: TinyStories cut by BPE in both
+    whitespace modes against the same pieces shuffled, rungs 0, 3, 4 and 7 under
+    GD and AdamW, by seed, with the rules of stage_rules.md at the margin tuned
+    there."""
+    if rules is None:
+        rules, _ = tune()
+    margin, gate = rules.margin, rules.min_information
+    names = tuple(d for pair in TEXTS for d in pair)
+    c = cells(held, rules, data_sets=names)
+    need = rules.min_dominance
+    lines = [
+        f"Generated by `PYTHONPATH=$PWD python experiments/stage_controls.py "
+        f"--text` ({datetime.date.today().isoformat()}), held-out seeds "
+        f"{held[0]}-{held[-1]}, the stage rules of [stage_rules.md](stage_rules.md) "
+        f"at the margin and information gate fixed there on seeds 0-9 ({margin:g}, "
+        f"{gate:g} nats). Data: TinyStories "
+        f"(the sample of ../shared/data) cut by a BPE of {pl.TEXT_VOCAB} pieces "
+        "trained on it, in both whitespace modes: `prefix` (the whitespace glued "
+        "to the next word, as GPT-2's tokenisers do) and `isolated` (the "
+        "whitespace a piece of its own); 200 000 characters, the last 10% held "
+        "out; each control is the same pieces in a random order (the corpus's "
+        "frequencies, no context). Rungs and methods as the Markov ladder runs "
+        "them (width 16, context 32, init 1e-3, 600 steps; GD at eta = 0.5 on 64 "
+        "fixed sequences, AdamW peak 0.01, warmup 10%, cosine, batches of 32 "
+        "fresh sequences).",
+        "",
+        "Per cell, **seeds**. On the text: the half cycle (the paper's focus "
+        "onto the most frequent piece, then dilution from it, in one head) and "
+        "the full cycle (with the sigma_2(W_E) lifting), closed; in its own column, "
+        "not counted, the seeds whose half cycle is there only with a provisional "
+        "stage; the seeds with the paper's focus or dilution in any head (closed "
+        "or provisional). On the shuffled control: the seeds with the paper's "
+        "focus or dilution in any head, closed or provisional. The difference is "
+        "the text's closed half cycle minus the control's firing (Newcombe). "
+        "Two conditions of the rules decide whether the cycle-1 focus can fire "
+        "at all, and each has its column: the most frequent piece must be at "
+        f"least {need:g} times as frequent as the next on the probe (top "
+        "dominance), and the held-out loss must fall below the unigram loss "
+        "by the rules' `min_information` at consecutive saves (the information "
+        "gate: the seeds where it opened). Left out: AdamW runs that "
+        "collapse or end above their start.",
+        "",
+        "| mode | rung | method | text: half cycle, closed | full cycle, closed | "
+        "only with a provisional stage (not counted) | text: any focus or "
+        "dilution | shuffled: focus or dilution | text (closed) - shuffled (95%) "
+        "| top dominance (text, shuffled) | gate open (text; shuffled) "
+        "| left out (text, shuffled) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for text, control in TEXTS:
+        mode = text.split("-")[-1]
+        for rung in RUNGS:
+            for method in METHODS:
+                tx = c.get((text, rung, method), {"n": 0, "bad": 0})
+                sh = c.get((control, rung, method), {"n": 0, "bad": 0})
+                if not tx["n"] and not sh["n"]:
+                    continue
+                closed = tx.get("closed_half", 0)
+                row = [mode, rung, method]
+                if tx["n"]:
+                    row += [
+                        _fmt(closed, tx["n"]),
+                        _fmt(tx.get("closed_full", 0), tx["n"]),
+                        str(tx.get("half", 0) - closed),
+                        _fmt(tx.get("paper", 0), tx["n"]),
+                    ]
+                else:
+                    row += ["-"] * 4
+                row.append(_fmt(sh.get("paper", 0), sh["n"]) if sh["n"] else "-")
+                if tx["n"] and sh["n"]:
+                    lo, hi = newcombe(closed, tx["n"], sh.get("paper", 0), sh["n"])
+                    d = closed / tx["n"] - sh.get("paper", 0) / sh["n"]
+                    row.append(f"{d:+.2f} [{lo:.2f}, {hi:.2f}]")
+                else:
+                    row.append("-")
+                gt, nt, dt = _informed(text, rung, method, held, rules)
+                gs, ns, ds = _informed(control, rung, method, held, rules)
+                row.append(f"{dt:.2f}, {ds:.2f}")
+                row.append(f"{gt}/{nt}; {gs}/{ns}")
+                row.append(f"{tx['bad']}, {sh['bad']}")
+                lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "**Other named moves** (never counted as the paper's stages): seeds with "
+        "each move in any head, summed over the rungs and methods.",
+        "",
+        "| data | seeds | " + " | ".join(m for m in _move_names()) + " |",
+        "|---|---|" + "---|" * len(_move_names()),
+    ]
+    for data in names:
+        n = sum(v["n"] for k, v in c.items() if k[0] == data)
+        if not n:
+            continue
+        counts = [
+            sum(v["moves"].get(m, 0) for k, v in c.items() if k[0] == data)
+            for m in _move_names()
+        ]
+        lines.append(f"| {data} | {n} | " + " | ".join(map(str, counts)) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _ladder_figure(plot: dict) -> None:
     """Seeds with the half cycle on the chain and with any paper stage on the
     i.i.d. control, per rung, one panel per method, Wilson intervals."""
@@ -744,6 +957,12 @@ def main(argv=None) -> int:
         default=",".join(LADDER_METHODS),
         help="--ladder: the methods to run (default: gd,sgd,adamw)",
     )
+    p.add_argument(
+        "--text",
+        action="store_true",
+        help="TinyStories (BPE, prefix) against its shuffled control on rungs "
+        "0, 3, 4, 7, held-out seeds, into docs/practical_models.md",
+    )
     args = p.parse_args(argv)
     if args.quick:
         import tempfile
@@ -751,7 +970,21 @@ def main(argv=None) -> int:
         global OUT
         OUT = Path(tempfile.mkdtemp(prefix="stage_controls_quick_"))
         run((CHAIN, "markov-iid"), (10,), rungs=(LADDER[0],))
-        print(ladder_page((10,), figure=False, margin=StageDetector().margin))
+        print(ladder_page((10,), figure=False, rules=StageDetector()))
+        return 0
+    if args.text:
+        held = _seeds(args.held_out)
+        if not args.doc_only:
+            start = time.time()
+            run(tuple(d for pair in TEXTS for d in pair), held)
+            print(f"runs took {time.time() - start:.0f} s")
+        _docs.publish(
+            text_page(held),
+            quick=False,
+            doc=LADDER_DOC,
+            start=TEXT_MARKS[0],
+            end=TEXT_MARKS[1],
+        )
         return 0
     if args.ladder:
         if not args.doc_only:

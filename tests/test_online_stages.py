@@ -375,7 +375,7 @@ def test_the_paper_focus_waits_for_information_and_the_level():
     sig = _signals(t)
     sig["unigram_gap"] = 0.05 - 0.1 * _sigmoid((t - 120.0) / 2.0)
     focus = _one(_feed(t, sig).events, "focus")
-    first = float(t[np.argmax(sig["unigram_gap"] <= -0.02)])
+    first = float(t[np.argmax(sig["unigram_gap"] <= -MARGIN_01.min_information)])
     assert focus.t_start == first + 1.0  # the second observation below
     assert focus.value - focus.reference >= 0.1
     never = dict(sig, unigram_gap=np.full(t.size, 0.01))
@@ -462,3 +462,18 @@ def test_an_entropy_falls_key_is_measured_from_the_observation_at_its_onset():
     fall = _one(_feed(t, sig).events, "entropy_fall")
     assert fall.onset == 24.0
     assert fall.key == "top"
+
+
+def test_the_information_gate_reads_its_threshold_and_its_saves():
+    """A loss 0.025 nats below the unigram loss at every save is information at
+    the default gate (0.02) and not at 0.03 (the gate docs/stage_rules.md fixed
+    for its 128-target probes, where shuffled text dipped 0.02-0.03 nats by
+    chance); 0.035 below at two consecutive saves is information at 0.03, at two
+    saves apart it is not."""
+    assert StageDetector().min_information == 0.02
+    assert StageDetector().information_saves == 2
+    rules = StageDetector(min_information=0.03)
+    flat = {"unigram_gap": np.full(10, -0.025)}
+    assert StageDetector().informative(flat) and not rules.informative(flat)
+    assert rules.informative({"unigram_gap": np.array([0.1, -0.035, -0.035, 0.1])})
+    assert not rules.informative({"unigram_gap": np.array([0.1, -0.035, 0.0, -0.035])})

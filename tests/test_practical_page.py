@@ -23,14 +23,11 @@ def test_every_part_runs_in_order_and_the_fair_test_only_rewrites_its_block(tmp_
     scripts = [(c[0].rsplit("/", 1)[-1], c[1:]) for c in calls]
     assert scripts == [
         ("stage_controls.py", ["--ladder"]),
-        ("practical_ladder.py", []),
-        ("practical_ladder.py", ["--controls"]),
-        ("practical_ladder.py", ["--text"]),
-        ("practical_ladder.py", ["--text-controls"]),
+        ("stage_controls.py", ["--text"]),
         ("ladder_flow.py", []),
         ("fair_text_test.py", ["--doc-only"]),
     ]
-    assert [r["rc"] for r in records] == [0] * 7
+    assert [r["rc"] for r in records] == [0] * 4
     logged = json.loads((tmp_path / "summary.json").read_text().splitlines()[-1])
     assert [p["part"] for p in logged["parts"]] == [p.name for p in pp.PARTS]
 

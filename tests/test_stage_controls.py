@@ -95,3 +95,22 @@ def test_matching_allows_what_the_online_rules_cannot_report_earlier():
     s = sc.summarise([m, sc.match_paper(t, [], [])])
     assert s["precision"] == 0.5 and s["recall"] == pytest.approx(2 / 3)
     assert (s["n"], s["fired"]) == (2, 1)
+
+
+def test_a_focus_held_by_the_information_gate_matches_at_the_gates_opening():
+    """The online rules hold the paper's focus until the run is informative
+    (the gap at least ``min_information`` below zero at ``information_saves``
+    consecutive saves), so a focus reported when the gate opens matches the
+    offline stage it was held for, and only from then on."""
+    t = np.arange(0.0, 10.0, 1.0)
+    rules = sc.StageDetector()
+    gap = np.array([0.1, -0.05, 0.0, -0.03, -0.03, -0.2, -0.2, -0.2, -0.2, -0.2])
+    assert sc.informed_at(t, gap, rules) == 4.0  # one dip at t = 1 is not enough
+    assert sc.informed_at(t, np.full(10, -0.01), rules) == np.inf
+    assert sc.informed_at(t, None, rules) == -np.inf
+    offline = [Stage("focus", 1.0, 2.0, 1, 0, 0)]
+    events = [_online("condensation", 0.0, -1, -1), _online("focus", 5.0)]
+    assert sc.match_paper(t, events, offline)["hit_online"] == 0
+    held = sc.match_paper(t, events, offline, informed=4.0)
+    assert (held["hit_online"], held["hit_offline"]) == (1, 1)
+    assert sc.match_paper(t, events, offline, informed=3.0)["hit_online"] == 0
