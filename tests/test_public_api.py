@@ -495,20 +495,38 @@ def test_a_job_splits_into_its_units_and_runs_in_its_context(tmp_path):
     assert TrainJob.command == "train" and TrainJob.config_type is TrainRun
 
 
+def test_a_members_job_succeeds_when_every_member_did():
+    from gflow.runs import Member, MembersResult
+    from gflow.runs.train import TrainConfig, TrainJob
+
+    ok = gflow.Trajectory(t=np.zeros(1), metrics={"loss": np.zeros(1)}, final=None)
+    diverged = dataclasses.replace(ok, status="diverged")
+    cfg = TrainConfig()
+    members = [Member(f"train_s{i}", i, cfg, None, ok) for i in range(2)]
+    assert TrainJob().succeeded(MembersResult(None, tuple(members)))
+    members[1] = dataclasses.replace(members[1], trajectory=diverged)
+    assert not TrainJob().succeeded(MembersResult(None, tuple(members)))
+
+
 def _seed_stages(t0):
-    return {
+    from gflow.runs import StagesEntry
+
+    entry = {
         "available": True,
-        "stages": [{"stage": "copy", "t_start": t0, "t_end": t0 + 1.0}],
+        "stages": [{"stage": "focus", "t_start": t0, "t_end": t0 + 1.0}],
     }
+    return StagesEntry.from_json(entry)  # a stage without a cycle is of the first
 
 
 def test_stage_times_over_seeds_are_summarised_and_tabled():
+    from gflow.runs import StagesEntry
     from gflow.runs.text import SeedSummary, stages_table, summarise_seeds
 
-    groups = {"gd": {0: _seed_stages(1.0), 1: _seed_stages(3.0), 2: {"why": "nan"}}}
+    unavailable = StagesEntry.from_json({"why": "nan"})
+    groups = {"gd": {0: _seed_stages(1.0), 1: _seed_stages(3.0), 2: unavailable}}
     out = summarise_seeds(groups, [0, 1, 2])
     (row,) = out.runs["gd"].stages
-    assert row.found == 2 and row.stage == "copy"
+    assert row.found == 2 and row.stage == "focus"
     assert row.t_start.per_seed == (1.0, 3.0, None)
     assert row.t_start.mean == pytest.approx(2.0)
     assert row.t_end.mean == pytest.approx(3.0)
@@ -556,8 +574,11 @@ def test_a_text_run_by_hand_writes_the_files_gflow_text_writes(tmp_path):
     out = write_text_start(tmp_path / "run", cfg, data)
     assert (out / "config.json").exists() and (out / "vocab.json").exists()
     runs = run_text(cfg, data)
-    assert list(runs) == list(cfg.run_names(cfg.seed))
-    write_text_run(out, cfg, data, runs)
+    assert [m.name for m in runs] == list(cfg.run_names(cfg.seed))
+    runs = write_text_run(out, runs)
+    assert all(m.stages is not None for m in runs)  # the stages.json entries
     back = load_run(out)
-    for name, traj in runs.items():
-        np.testing.assert_allclose(back[name].metrics["loss"], traj.metrics["loss"])
+    for m in runs:
+        np.testing.assert_allclose(
+            back[m.name].metrics["loss"], m.trajectory.metrics["loss"]
+        )
