@@ -402,10 +402,10 @@ def test_environment_records_versions_and_this_machine():
     from gflow.runs import environment
 
     env = environment()
-    assert env["python"] == platform.python_version()
-    assert env["devices"] == [str(d) for d in jax.devices()]
-    assert env["versions"]["jax"] == jax.__version__
-    assert env["x64"] == bool(jax.config.jax_enable_x64)
+    assert env.python == platform.python_version()
+    assert env.devices == [str(d) for d in jax.devices()]
+    assert env.versions["jax"] == jax.__version__
+    assert env.x64 == bool(jax.config.jax_enable_x64)
 
 
 def test_a_name_table_checks_and_builds_by_name():

@@ -204,7 +204,7 @@ class CompareJob(AbstractJob[CompareConfig]):
                     "lambda_max": result.central.metrics["lambda_max"].tolist(),
                     "predicted_loss": result.central.metrics["predicted_loss"].tolist(),
                 },
-                "environment": environment(),
+                "environment": dataclasses.asdict(environment()),
             },
         )
         return result
