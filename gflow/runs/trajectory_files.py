@@ -103,20 +103,8 @@ class SavedModel:
     def init(self, key, dtype):
         """The model this record describes, drawn with ``key`` in ``dtype``."""
         if self.kind == "Transformer":
-            return Transformer.init(
-                d_vocab=self.d_vocab,
-                d_model=self.d_model,
-                key=key,
-                tau=self.tau,
-                max_len=self.max_len,
-                dtype=dtype,
-                n_layers=self.n_layers,
-                n_heads=self.n_heads,
-                d_ff=self.d_ff,
-                value=self.value,
-                layernorm=self.layernorm,
-                residual=self.residual,
-            )
+            settings = {k: getattr(self, k) for k in self.RECORDED[self.kind]}
+            return Transformer.init(**{**settings, "key": key, "dtype": dtype})
         one_layer = dict(
             d_vocab=self.d_vocab,
             d_model=self.d_model,
