@@ -396,16 +396,19 @@ def test_json_files_round_trip_and_a_torn_last_line_is_dropped(tmp_path):
     assert read_jsonl(log) == [{"step": 0}, {"step": 1}]
 
 
-def test_environment_records_versions_and_this_machine():
+def test_environment_records_versions_and_this_machine(tmp_path):
     import platform
 
-    from gflow.runs import environment
+    from gflow.runs import environment, read_json, write_json
 
     env = environment()
     assert env.python == platform.python_version()
     assert env.devices == [str(d) for d in jax.devices()]
     assert env.versions["jax"] == jax.__version__
     assert env.x64 == bool(jax.config.jax_enable_x64)
+    # written as the object of its fields, wherever a document holds it
+    write_json(tmp_path / "env.json", {"environment": env})
+    assert read_json(tmp_path / "env.json")["environment"] == dataclasses.asdict(env)
 
 
 def test_a_name_table_checks_and_builds_by_name():

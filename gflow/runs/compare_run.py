@@ -169,7 +169,7 @@ class CompareJob(AbstractJob[CompareConfig]):
                     "lambda_max": result.central.metrics["lambda_max"].tolist(),
                     "predicted_loss": result.central.metrics["predicted_loss"].tolist(),
                 },
-                "environment": dataclasses.asdict(environment()),
+                "environment": environment(),
             },
         )
         return result

@@ -231,8 +231,7 @@ class RunDirectory:
         for f in _FACTS:
             if getattr(facts, f.name) is not None:
                 doc[f.name] = getattr(facts, f.name)
-        env = None if environment is None else dataclasses.asdict(environment)
-        doc["environment"] = env  # None: a launcher's, before the run
+        doc["environment"] = environment  # None: a launcher's, before the run
         write_json(self.config_path, doc)
 
     @contextlib.contextmanager
