@@ -153,7 +153,7 @@ def run_dir(cfg, out: Path) -> Path:
         RUNS.append((resumed, traj.stats["wall_s"]))
 
     runs = run_text(cfg, data, pieces=RunPieces(out, cfg, data), report=report)
-    write_text_run(out, cfg, data, runs)
+    write_text_run(out, runs)
     for name in cfg.run_names(cfg.seed):  # the first seed's figures
         plot_attention_rows(out, name)
     plot_text_summary(out, list(cfg.run_names(cfg.seed)))

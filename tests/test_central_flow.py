@@ -220,7 +220,7 @@ def test_compare_cli_writes_the_central_comparison(tmp_path, capsys):
     assert (out / "central_metrics.npz").exists()
     assert "central flow: max distance" in capsys.readouterr().out
     assert main([*argv, "--optimizer", "adamw", "--reference", "central"]) == 2
-    assert "no central flow for adamw" in capsys.readouterr().err
+    assert "no central flow for 'adamw'" in capsys.readouterr().err
 
 
 def test_sweep_config_takes_the_central_reference_of_its_optimizer():

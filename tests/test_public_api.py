@@ -396,16 +396,19 @@ def test_json_files_round_trip_and_a_torn_last_line_is_dropped(tmp_path):
     assert read_jsonl(log) == [{"step": 0}, {"step": 1}]
 
 
-def test_environment_records_versions_and_this_machine():
+def test_environment_records_versions_and_this_machine(tmp_path):
     import platform
 
-    from gflow.runs import environment
+    from gflow.runs import environment, read_json, write_json
 
     env = environment()
-    assert env["python"] == platform.python_version()
-    assert env["devices"] == [str(d) for d in jax.devices()]
-    assert env["versions"]["jax"] == jax.__version__
-    assert env["x64"] == bool(jax.config.jax_enable_x64)
+    assert env.python == platform.python_version()
+    assert env.devices == [str(d) for d in jax.devices()]
+    assert env.versions["jax"] == jax.__version__
+    assert env.x64 == bool(jax.config.jax_enable_x64)
+    # written as the object of its fields, wherever a document holds it
+    write_json(tmp_path / "env.json", {"environment": env})
+    assert read_json(tmp_path / "env.json")["environment"] == dataclasses.asdict(env)
 
 
 def test_a_name_table_checks_and_builds_by_name():
@@ -495,20 +498,38 @@ def test_a_job_splits_into_its_units_and_runs_in_its_context(tmp_path):
     assert TrainJob.command == "train" and TrainJob.config_type is TrainRun
 
 
+def test_a_members_job_succeeds_when_every_member_did():
+    from gflow.runs import Member, MembersResult
+    from gflow.runs.train import TrainConfig, TrainJob
+
+    ok = gflow.Trajectory(t=np.zeros(1), metrics={"loss": np.zeros(1)}, final=None)
+    diverged = dataclasses.replace(ok, status="diverged")
+    cfg = TrainConfig()
+    members = [Member(f"train_s{i}", i, cfg, None, ok) for i in range(2)]
+    assert TrainJob().succeeded(MembersResult(None, tuple(members)))
+    members[1] = dataclasses.replace(members[1], trajectory=diverged)
+    assert not TrainJob().succeeded(MembersResult(None, tuple(members)))
+
+
 def _seed_stages(t0):
-    return {
+    from gflow.runs import StagesEntry
+
+    entry = {
         "available": True,
-        "stages": [{"stage": "copy", "t_start": t0, "t_end": t0 + 1.0}],
+        "stages": [{"stage": "focus", "t_start": t0, "t_end": t0 + 1.0}],
     }
+    return StagesEntry.from_json(entry)  # a stage without a cycle is of the first
 
 
 def test_stage_times_over_seeds_are_summarised_and_tabled():
+    from gflow.runs import StagesEntry
     from gflow.runs.text import SeedSummary, stages_table, summarise_seeds
 
-    groups = {"gd": {0: _seed_stages(1.0), 1: _seed_stages(3.0), 2: {"why": "nan"}}}
+    unavailable = StagesEntry.from_json({"why": "nan"})
+    groups = {"gd": {0: _seed_stages(1.0), 1: _seed_stages(3.0), 2: unavailable}}
     out = summarise_seeds(groups, [0, 1, 2])
     (row,) = out.runs["gd"].stages
-    assert row.found == 2 and row.stage == "copy"
+    assert row.found == 2 and row.stage == "focus"
     assert row.t_start.per_seed == (1.0, 3.0, None)
     assert row.t_start.mean == pytest.approx(2.0)
     assert row.t_end.mean == pytest.approx(3.0)
@@ -556,11 +577,14 @@ def test_a_text_run_by_hand_writes_the_files_gflow_text_writes(tmp_path):
     out = write_text_start(tmp_path / "run", cfg, data)
     assert (out / "config.json").exists() and (out / "vocab.json").exists()
     runs = run_text(cfg, data)
-    assert list(runs) == list(cfg.run_names(cfg.seed))
-    write_text_run(out, cfg, data, runs)
+    assert [m.name for m in runs] == list(cfg.run_names(cfg.seed))
+    runs = write_text_run(out, runs)
+    assert all(m.stages is not None for m in runs)  # the stages.json entries
     back = load_run(out)
-    for name, traj in runs.items():
-        np.testing.assert_allclose(back[name].metrics["loss"], traj.metrics["loss"])
+    for m in runs:
+        np.testing.assert_allclose(
+            back[m.name].metrics["loss"], m.trajectory.metrics["loss"]
+        )
 
 
 def test_probe_unigram_loss_is_the_add_one_unigram_of_the_contexts_on_the_last_tokens():

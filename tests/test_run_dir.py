@@ -16,6 +16,7 @@ from gflow.runs import (
     RunDocument,
     RunFacts,
     SweepConfig,
+    environment,
 )
 
 TINY = [
@@ -119,7 +120,7 @@ def test_the_document_reader_knows_every_version(tmp_path):
     doc = run.read()
     assert doc.command == "sweep" and doc.launched and not doc.started
     assert "references" not in doc.json and "members" not in doc.json
-    run.write_config("flow", FlowConfig(), {"x64": True}, RunFacts(d_vocab=4))
+    run.write_config("flow", FlowConfig(), environment(), RunFacts(d_vocab=4))
     doc = run.read()
     assert doc.started and not doc.launched and doc.facts == RunFacts(d_vocab=4)
     old = tmp_path / "old"

@@ -66,10 +66,11 @@ def _compare_figures(run_dir, result) -> None:
 def _train_figures(run_dir, result) -> None:
     from gflow.plotting.figures import train_figures
 
+    one = not result.plan.cfg.sweep.is_sweep  # the layout of one run
     for m in result.runs:
-        folder = run_dir if result.one else run_dir / "figures" / m.name
+        folder = run_dir if one else run_dir / "figures" / m.name
         folder.mkdir(parents=True, exist_ok=True)
-        train_figures(folder, m.cfg, m.data, m.trajectory, list(m.stages))
+        train_figures(folder, m.cfg, m.data, m.trajectory, list(m.stages.stages))
 
 
 def _text_figures(run_dir, result) -> None:
@@ -77,8 +78,8 @@ def _text_figures(run_dir, result) -> None:
 
     cfg = result.plan.cfg
     if cfg.model == "attention":  # a Transformer has no attention rows
-        for name in result.runs:
-            plot_attention_rows(run_dir, name)
+        for m in result.runs:
+            plot_attention_rows(run_dir, m.name)
         plot_text_summary(run_dir, list(cfg.run_names(cfg.seed)))  # the first seed's
 
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from gflow.runs.config import ConfigError
+from gflow.runs.files import not_regular
 
 
 class UsageError(ConfigError):
@@ -50,26 +51,15 @@ def _writable_place(text: str, kind: str) -> Path:
 
 
 def _checked_place(path: Path, kind: str) -> Path:
-    import stat
-
     if os.path.lexists(path):  # a dangling link is in the way as well
         if kind == "directory" and not path.is_dir():
             raise argparse.ArgumentTypeError(
                 f"{path} exists and is not a directory; give a new or existing "
                 "directory"
             )
-        mode = os.lstat(path).st_mode
-        if kind == "file" and not stat.S_ISREG(mode):
-            # the write renames a file over the path: refuse what it would replace
-            kinds = (
-                (stat.S_ISLNK, "a symbolic link"),
-                (stat.S_ISDIR, "a directory"),
-                (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                (stat.S_ISSOCK, "a socket"),
-                (stat.S_ISCHR, "a character device"),
-                (stat.S_ISBLK, "a block device"),
-            )
-            what = next((k for is_kind, k in kinds if is_kind(mode)), "special")
+        # the write renames a file over the path: refuse what it would replace
+        what = not_regular(path) if kind == "file" else None
+        if what is not None:
             raise argparse.ArgumentTypeError(
                 f"{path} is {what}, which would be replaced; give the path of a "
                 "regular file (new or to overwrite)"

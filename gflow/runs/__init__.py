@@ -57,7 +57,10 @@ from gflow.runs.run_dir import RunFacts as RunFacts
 from gflow.runs.run_dir import RunDirectory as RunDirectory
 from gflow.runs.job import AbstractJob as AbstractJob
 from gflow.runs.job import Context as Context
+from gflow.runs.job import Member as Member
+from gflow.runs.job import MembersResult as MembersResult
 from gflow.runs.job import Units as Units
+from gflow.runs.stages import StagesEntry as StagesEntry
 
 # gflow flow and gflow sweep.
 from gflow.runs.flow_run import FlowConfig as FlowConfig
@@ -93,6 +96,8 @@ __all__ = [
     "ConfigError",
     "Context",
     "FlowConfig",
+    "Member",
+    "MembersResult",
     "NameTable",
     "Option",
     "PieceStore",
@@ -103,6 +108,7 @@ __all__ = [
     "RunFacts",
     "RunDirectory",
     "SweepConfig",
+    "StagesEntry",
     "Strategies",
     "SweepJob",
     "Units",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -11,16 +10,13 @@ from gflow.analysis.compare import Comparison, compare
 from gflow.analysis.observables import MarkovObservables
 from gflow.dynamics import optimizer_run
 from gflow.dynamics.flow import solve_flow
-from gflow.dynamics.references.central_adaptive import (
-    CENTRAL_FLOW_OPTIMIZERS,
-)
 from gflow.dynamics.references.flow import FlowReference
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import PopulationLoss
-from gflow.runs.config import AbstractConfig, ConfigError, at_least, bad, setting
+from gflow.runs.config import ConfigError, at_least, bad, setting
 from gflow.runs.environment import environment
 from gflow.runs.files import write_json
-from gflow.runs.flow_run import FlowConfig
+from gflow.runs.flow_run import AbstractOptimizerConfig, FlowConfig
 from gflow.runs.job import AbstractJob, Context
 from gflow.runs.names import OPTIMIZERS, REFERENCES
 from gflow.runs.run_dir import RunDirectory
@@ -28,20 +24,11 @@ from gflow.runs.trajectory_files import save_trajectory
 
 
 @dataclasses.dataclass(frozen=True)
-class CompareConfig(AbstractConfig):
+class CompareConfig(AbstractOptimizerConfig):
     """One optimizer at one step size on the default flow's problem; validates
     itself."""
 
-    optimizer: str = setting("sgd", "the optimizer", choices=tuple(OPTIMIZERS))
     lr: float = setting(0.1, "step size η")
-    t1: float = setting(60.0, "final flow time")
-    beta: float = setting(0.9, "momentum β / Adam β₁ / RMSProp decay")
-    eps: float = setting(
-        1e-8,
-        "RMSProp's ε: the preconditioner is bounded by 1/√ε (from a small "
-        "initialisation a larger ε keeps RMSProp below its edge at the start)",
-    )
-    threshold: float = setting(0.1, "distance that defines the departure time")
     num_saves: int = setting(201, "saved times")
     reference: str = setting(
         "flow",
@@ -54,33 +41,11 @@ class CompareConfig(AbstractConfig):
     flow: FlowConfig = setting(FlowConfig())
 
     def check(self):
-        OPTIMIZERS.check("optimizer", self.optimizer)
-        for name in ("t1", "lr", "threshold"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                bad(name, f"must be a finite number > 0, got {value}")
-        if self.lr > self.t1:
-            bad(
-                "lr",
-                f"step size {self.lr:g} exceeds t1 = {self.t1:g}; give a step size "
-                "<= t1 (or a longer t1)",
-            )
-        if not 0 <= self.beta < 1:
-            bad("beta", f"must lie in [0, 1), got {self.beta}")
-        if not (math.isfinite(self.eps) and self.eps >= 0):
-            bad("eps", f"must be a finite number >= 0, got {self.eps}")
+        super().check()
+        self.check_step("lr", self.lr)
         at_least("num_saves", self.num_saves, 2)
         if self.reference not in ("flow", "central"):
             bad("reference", f"must be flow or central, got {self.reference!r}")
-        if (
-            self.reference == "central"
-            and self.optimizer not in CENTRAL_FLOW_OPTIMIZERS
-        ):
-            bad(
-                "reference",
-                f"central: no central flow for {self.optimizer}; use one of "
-                f"{', '.join(CENTRAL_FLOW_OPTIMIZERS)}",
-            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ target's folder renamed into place, never over a link, FIFO, device or directory
 from __future__ import annotations
 
 import csv
+import dataclasses
 import errno
 import io as _io
 import json
@@ -19,6 +20,7 @@ import jax
 import numpy as np
 
 from gflow.runs.config import ConfigError
+from gflow.runs.environment import Environment
 
 
 class OutputError(ConfigError, OSError):
@@ -102,13 +104,16 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 
 def to_json(obj, indent: int | None = 2) -> str:
-    """``obj`` as JSON text, NumPy and JAX scalars and arrays written as lists."""
+    """``obj`` as JSON text, NumPy and JAX scalars and arrays written as lists, an
+    ``Environment`` as the object of its fields."""
 
     def default(x):
         if isinstance(x, (np.generic, np.ndarray)):
             return x.tolist()
         if isinstance(x, jax.Array):
             return np.asarray(x).tolist()
+        if isinstance(x, Environment):
+            return dataclasses.asdict(x)
         raise TypeError(f"cannot write {type(x).__name__} to JSON")
 
     return json.dumps(obj, indent=indent, default=default)

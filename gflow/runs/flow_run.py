@@ -14,6 +14,7 @@ import numpy as np
 from gflow.analysis.stage_observables import StageObservables
 from gflow.analysis.stages import Stage, detect_stages
 from gflow.dynamics.flow import solve_flow
+from gflow.dynamics.references.central_adaptive import CENTRAL_FLOW_OPTIMIZERS
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import PopulationLoss
 from gflow.problems.markov import MarkovChain
@@ -24,12 +25,13 @@ from gflow.runs.config import (
     bad,
     check_flow_solver,
     check_seed,
+    non_negative,
     positive,
     setting,
 )
 from gflow.runs.files import write_json
 from gflow.runs.job import AbstractJob, Context
-from gflow.runs.names import SOLVERS
+from gflow.runs.names import OPTIMIZERS, SOLVERS
 from gflow.runs.resumable_flow import solve_flow_resumable
 from gflow.runs.run_dir import RunDirectory, RunFacts
 from gflow.runs.trajectory_files import save_trajectory
@@ -144,6 +146,51 @@ class FlowConfig(AbstractConfig):
             factorised=self.factorised,
             residual=self.residual,
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class AbstractOptimizerConfig(AbstractConfig):
+    """An optimizer on the default flow's problem, compared with a reference flow:
+    the settings that ``gflow compare`` and ``gflow sweep`` share, validated once.
+    Each command adds its step size(s), saves and reference (``reference``: its
+    own help and choices)."""
+
+    optimizer: str = setting("sgd", "the optimizer", choices=tuple(OPTIMIZERS))
+    t1: float = setting(60.0, "final flow time")
+    threshold: float = setting(0.1, "distance that defines the departure time")
+    beta: float = setting(0.9, "momentum β / Adam β₁ / RMSProp decay")
+    eps: float = setting(
+        1e-8,
+        "RMSProp's ε: the preconditioner is bounded by 1/√ε (from a small "
+        "initialisation a larger ε keeps RMSProp below its edge at the start)",
+    )
+    reference: str = setting("flow")
+
+    def check(self):
+        OPTIMIZERS.check("optimizer", self.optimizer)
+        for name in ("t1", "threshold"):
+            positive(name, getattr(self, name))
+        if not 0 <= self.beta < 1:
+            bad("beta", f"must lie in [0, 1), got {self.beta}")
+        non_negative("eps", self.eps)
+        central = CENTRAL_FLOW_OPTIMIZERS
+        if self.reference == "central" and self.optimizer not in central:
+            bad(
+                "reference",
+                f"no central flow for {self.optimizer!r}; use one of "
+                f"{', '.join(central)}",
+            )
+
+    def check_step(self, name: str, lr: float) -> None:
+        """ConfigError unless step size ``lr`` (of the setting ``name``) is
+        finite, > 0 and at most ``t1``."""
+        positive(name, lr)
+        if lr > self.t1:
+            bad(
+                name,
+                f"step size {lr:g} exceeds t1 = {self.t1:g}; give step sizes <= t1 "
+                "(or a longer t1)",
+            )
 
 
 def run_flow(

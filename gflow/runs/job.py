@@ -30,10 +30,12 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any, ClassVar, Generic, TypeVar
 
+from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.config import AbstractConfig, ConfigError
 from gflow.runs.distributed import Processes, deal, total
 from gflow.runs.program_cache import ProgramCache
 from gflow.runs.run_dir import RunDirectory, RunFacts
+from gflow.runs.stages import StagesEntry
 
 C = TypeVar("C", bound=AbstractConfig)
 log = logging.getLogger("gflow")
@@ -160,6 +162,34 @@ class AbstractJob(abc.ABC, Generic[C]):
         return True
 
 
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One finished run of a members job (a text run's seed and arm, a training
+    sweep's member): its name in the run directory, its seed, configuration, data
+    and trajectory, and its stages.json entry once written."""
+
+    name: str
+    seed: int
+    cfg: AbstractConfig
+    data: Any
+    trajectory: Trajectory
+    stages: StagesEntry | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MembersResult:
+    """A finished members job: its plan, every member (with its stages once
+    written), the pieces read back instead of computed, the processes that ran
+    them, the wall time of each part of the command, and the run directory."""
+
+    plan: Any
+    runs: tuple[Member, ...]
+    resumed: int = 0
+    processes: int = 1
+    wall: dict[str, float] = dataclasses.field(default_factory=dict)
+    directory: RunDirectory | None = None
+
+
 class AbstractMembersJob(AbstractJob[C]):
     """A job of members saved one by one, in one process or several.
 
@@ -188,18 +218,25 @@ class AbstractMembersJob(AbstractJob[C]):
     @abc.abstractmethod
     def read_members(
         self, plan: Any, directory: RunDirectory, owner: list[int], resumed: int
-    ) -> Any:
+    ) -> MembersResult:
         """The result, every member read back from ``directory`` (``owner``: the
         process that ran each; ``resumed``: pieces read back over all processes);
         FileNotFoundError naming a member that is not there."""
 
-    def run_alone(self, plan: Any, directory: RunDirectory, context: Context) -> Any:
+    def succeeded(self, result: MembersResult) -> bool:
+        return all(m.trajectory.status == "success" for m in result.runs)
+
+    def run_alone(
+        self, plan: Any, directory: RunDirectory, context: Context
+    ) -> MembersResult:
         """The run in one process: every member, then read back."""
         everyone = list(range(len(self.members(plan))))
         resumed = self.run_members(plan, directory, context, everyone)
         return self.read_members(plan, directory, [0] * len(everyone), resumed)
 
-    def run(self, plan: Any, directory: RunDirectory, context: Context) -> Any:
+    def run(
+        self, plan: Any, directory: RunDirectory, context: Context
+    ) -> MembersResult | None:
         processes = context.processes
         if processes is None:
             return self.run_alone(plan, directory, context)

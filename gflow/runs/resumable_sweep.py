@@ -243,9 +243,12 @@ def run_sweep_resumable(
     resumed = total(sum(read_back), processes)
     if not processes.main:
         return None
-    if processes.count > 1:
-        pieces = [_gathered(store, i, parts[i], owners[i]) for i in range(len(parts))]
-    runs = [_from_columns(columns, model) for columns in pieces]
+    if processes.count > 1:  # every chunk, the others' read back
+        runs = [
+            _gathered(store, i, parts[i], owners[i], model) for i in range(len(parts))
+        ]
+    else:
+        runs = [_from_columns(columns, model) for columns in pieces]
     info = {
         "t1": float(t1),
         "sharded_over": 1 if mesh is None else mesh.size,
@@ -257,9 +260,10 @@ def run_sweep_resumable(
 
 
 def _gathered(
-    store: PieceStore, i: int, lrs: np.ndarray, owner: int
-) -> dict[str, np.ndarray]:
-    """Chunk ``i`` as process ``owner`` saved it in the shared directory."""
+    store: PieceStore, i: int, lrs: np.ndarray, owner: int, model
+) -> SweepRun:
+    """Chunk ``i`` as process ``owner`` saved it in the shared directory (its
+    snapshots shaped as ``model``)."""
     columns = store.load(i, {"lrs": lrs})
     if columns is None:
         raise FileNotFoundError(
@@ -269,7 +273,7 @@ def _gathered(
         )
     if owner != 0:
         log.info("chunk %d: η = %s from process %d", i, _etas(lrs), owner)
-    return columns
+    return _from_columns(columns, model)
 
 
 def _etas(lrs) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.config import AbstractConfig, ConfigError
+from gflow.runs.environment import Environment
 from gflow.runs.files import write_json
 
 #: The file whose lock marks a directory as being written by a command.
@@ -220,7 +221,7 @@ class RunDirectory:
         self,
         command: str,
         cfg: AbstractConfig,
-        environment: Any,
+        environment: Environment | None,
         facts: RunFacts = RunFacts(),
     ) -> None:
         """Write config.json atomically: command, config, the ``facts`` that are

@@ -9,7 +9,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,23 +23,18 @@ from gflow.analysis.stages import detect_stages
 from gflow.analysis.sweep_compare import SweepComparison, compare_sweep
 from gflow.dynamics.interrupt import call_interruptibly
 from gflow.dynamics.references.base import evaluate_along
-from gflow.dynamics.references.central_adaptive import (
-    CENTRAL_FLOW_OPTIMIZERS,
-)
 from gflow.dynamics.references.flow import FlowReference
 from gflow.dynamics.sweep import SweepRun, member_mesh, run_sweep
 from gflow.problems.losses import PopulationLoss
 from gflow.runs.config import (
-    AbstractConfig,
     ConfigError,
     at_least,
     bad,
-    positive,
     setting,
 )
 from gflow.runs.distributed import Processes
 from gflow.runs.files import read_json, write_json
-from gflow.runs.flow_run import FlowConfig
+from gflow.runs.flow_run import AbstractOptimizerConfig, FlowConfig
 from gflow.runs.job import AbstractJob, Context
 from gflow.runs.names import OPTIMIZERS, REFERENCES
 from gflow.runs.resumable_sweep import load_members, run_sweep_resumable
@@ -50,14 +44,12 @@ log = logging.getLogger("gflow")
 
 
 @dataclasses.dataclass(frozen=True)
-class SweepConfig(AbstractConfig):
+class SweepConfig(AbstractOptimizerConfig):
     """A sweep of one optimizer over step sizes; validates itself."""
 
-    optimizer: str = setting("sgd", "the optimizer", choices=tuple(OPTIMIZERS))
     lrs: tuple[float, ...] = setting(
         (0.4, 0.2, 0.1, 0.05), "step sizes, comma-separated"
     )
-    t1: float = setting(60.0, "final flow time")
     reference: str = setting(
         "flow",
         "flow: dθ/dt = -∇L; modified: -∇(L + η/4 |∇L|²) (GD only); central: the "
@@ -67,13 +59,6 @@ class SweepConfig(AbstractConfig):
         choices=tuple(REFERENCES),
     )
     num_saves: int = setting(101, "saved times per member")
-    threshold: float = setting(0.1, "distance that defines the departure time")
-    beta: float = setting(0.9, "momentum β / Adam β₁ / RMSProp decay")
-    eps: float = setting(
-        1e-8,
-        "RMSProp's ε: the preconditioner is bounded by 1/√ε (from a small "
-        "initialisation a larger ε keeps RMSProp below its edge at the start)",
-    )
     sharded: bool = setting(
         True, "do not shard members over devices", flag="--no-shard"
     )
@@ -92,21 +77,14 @@ class SweepConfig(AbstractConfig):
     flow: FlowConfig = setting(FlowConfig(), nested=("init_scale", "seed"))
 
     def check(self):
-        OPTIMIZERS.check("optimizer", self.optimizer)
+        super().check()
         REFERENCES.check("reference", self.reference)
         if self.reference == "modified" and self.optimizer != "sgd":
             bad("reference", f"{self.reference!r} is a flow of GD; use sgd")
-        if (
-            self.reference == "central"
-            and self.optimizer not in CENTRAL_FLOW_OPTIMIZERS
-        ):
-            bad(
-                "reference",
-                f"no central flow for {self.optimizer!r}; use one of "
-                f"{', '.join(CENTRAL_FLOW_OPTIMIZERS)}",
-            )
-        if not self.lrs or not all(lr > 0 and math.isfinite(lr) for lr in self.lrs):
+        if not self.lrs:
             bad("lrs", f"need positive, finite step sizes, got {self.lrs}")
+        for lr in self.lrs:
+            self.check_step("lrs", lr)
         repeated = sorted({lr for lr in self.lrs if self.lrs.count(lr) > 1})
         if repeated:  # the order and Richardson fits need distinct step sizes
             bad(
@@ -114,19 +92,7 @@ class SweepConfig(AbstractConfig):
                 f"step sizes must be distinct, got {', '.join(map(str, repeated))}"
                 " more than once; drop the repeats",
             )
-        positive("t1", self.t1)
-        if max(self.lrs) > self.t1:
-            bad(
-                "lrs",
-                f"step size {max(self.lrs):g} exceeds t1 = {self.t1:g}; give step "
-                "sizes <= t1 (or a longer t1)",
-            )
         at_least("num_saves", self.num_saves, 2)
-        if not 0 <= self.beta < 1:
-            bad("beta", f"must lie in [0, 1), got {self.beta}")
-        if not (self.eps >= 0 and math.isfinite(self.eps)):
-            bad("eps", f"must be >= 0 and finite, got {self.eps}")
-        positive("threshold", self.threshold)
         at_least("chunk", self.chunk, 1)
 
     def fingerprint(self) -> str:

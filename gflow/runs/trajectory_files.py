@@ -8,8 +8,10 @@ JAX arrays.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -22,89 +24,120 @@ from gflow.runs.files import atomic_write_bytes, metrics_csv, read_json, write_j
 from gflow.text.positional import PositionalAttentionModel
 
 
-def _model_config(model) -> dict:
-    """The constructor settings of a saved model, for its template when read back."""
-    if isinstance(model, PositionalAttentionModel):
-        return {
-            **_model_config(model.base),
-            "class": "PositionalAttentionModel",
-            "context_length": int(model.W_pos.shape[0]),
-        }
-    if isinstance(model, Transformer):
-        block = model.blocks[0]
-        return {
-            "class": "Transformer",
-            "d_vocab": model.d_vocab,
-            "d_model": model.d_model,
-            "n_layers": model.n_layers,
-            "n_heads": model.n_heads,
-            "d_ff": None if block.mlp is None else int(block.mlp.W_in.shape[1]),
-            "value": block.W_V is not None,
-            "layernorm": model.ln_final is not None,
-            "residual": model.residual,
-            "max_len": None if model.W_pos is None else int(model.W_pos.shape[0]),
-            "tau": model.tau,
-            "dtype": str(model.W_E.dtype),
-        }
-    return {
-        "d_vocab": model.d_vocab,
-        "d_model": model.d_model,
-        "tau": model.tau,
-        "factorised": model.W_K is not None,
-        "residual": model.residual,
-        "dtype": str(model.W_E.dtype),
+@dataclasses.dataclass(frozen=True)
+class SavedModel:
+    """A trajectory's model as ``{name}.json`` records it (``"model"``): its class
+    and constructor settings, from which a template of its shapes and dtype is
+    built to read it into.
+
+    ``kind`` is ``"Transformer"``, ``"PositionalAttentionModel"`` (the one-layer
+    model's settings and ``context_length``) or None: the one-layer
+    ``AttentionModel`` (run directories before 0.2 hold only these and name no
+    ``"class"``).
+    """
+
+    d_vocab: int
+    d_model: int
+    tau: float
+    dtype: str
+    residual: bool
+    kind: str | None = None
+    factorised: bool = True
+    context_length: int | None = None
+    n_layers: int = 1
+    n_heads: int = 1
+    d_ff: int | None = None
+    value: bool = False
+    layernorm: bool = False
+    max_len: int | None = None
+
+    #: The settings each kind records besides its ``"class"``.
+    RECORDED: ClassVar[dict[str | None, tuple[str, ...]]] = {
+        None: ("d_vocab", "d_model", "tau", "factorised", "residual", "dtype"),
+        "PositionalAttentionModel": (
+            *("d_vocab", "d_model", "tau", "factorised", "residual", "dtype"),
+            "context_length",
+        ),
+        "Transformer": (
+            *("d_vocab", "d_model", "n_layers", "n_heads", "d_ff", "value"),
+            *("layernorm", "residual", "max_len", "tau", "dtype"),
+        ),
     }
 
+    @classmethod
+    def of(cls, model) -> SavedModel:
+        """The record of ``model``."""
+        if isinstance(model, PositionalAttentionModel):
+            context = int(model.W_pos.shape[0])
+            base = cls.of(model.base)
+            return dataclasses.replace(
+                base, kind=type(model).__name__, context_length=context
+            )
+        common = dict(
+            d_vocab=model.d_vocab,
+            d_model=model.d_model,
+            tau=float(model.tau),
+            dtype=str(model.W_E.dtype),
+            residual=model.residual,
+        )
+        if not isinstance(model, Transformer):
+            return cls(**common, factorised=model.W_K is not None)
+        block = model.blocks[0]
+        return cls(
+            **common,
+            kind="Transformer",
+            n_layers=model.n_layers,
+            n_heads=model.n_heads,
+            d_ff=None if block.mlp is None else int(block.mlp.W_in.shape[1]),
+            value=block.W_V is not None,
+            layernorm=model.ln_final is not None,
+            max_len=None if model.W_pos is None else int(model.W_pos.shape[0]),
+        )
 
-def _init(cfg: dict, key, dtype):
-    """The model that ``_model_config`` describes (run directories before 0.2 hold
-    one-layer AttentionModels and say no ``class``; a positional one says
-    ``PositionalAttentionModel`` and its ``context_length``)."""
-    if cfg.get("class") == "Transformer":
-        options = ("n_layers", "n_heads", "d_ff", "value", "layernorm", "residual")
-        return Transformer.init(
-            d_vocab=cfg["d_vocab"],
-            d_model=cfg["d_model"],
+    @classmethod
+    def from_json(cls, data: Any) -> SavedModel:
+        """The record ``{name}.json`` holds (of any gflow version)."""
+        settings = {k: v for k, v in data.items() if k != "class"}
+        return cls(**{**settings, "tau": float(data["tau"])}, kind=data.get("class"))
+
+    def init(self, key, dtype):
+        """The model this record describes, drawn with ``key`` in ``dtype``."""
+        if self.kind == "Transformer":
+            settings = {k: getattr(self, k) for k in self.RECORDED[self.kind]}
+            return Transformer.init(**{**settings, "key": key, "dtype": dtype})
+        one_layer = dict(
+            d_vocab=self.d_vocab,
+            d_model=self.d_model,
             key=key,
-            tau=cfg["tau"],
-            max_len=cfg["max_len"],
+            tau=self.tau,
+            factorised=self.factorised,
+            residual=self.residual,
             dtype=dtype,
-            **{k: cfg[k] for k in options},
         )
-    one_layer = dict(
-        d_vocab=cfg["d_vocab"],
-        d_model=cfg["d_model"],
-        key=key,
-        tau=cfg["tau"],
-        factorised=cfg["factorised"],
-        residual=cfg["residual"],
-        dtype=dtype,
-    )
-    if cfg.get("class") == "PositionalAttentionModel":
-        return PositionalAttentionModel.init(
-            context_length=cfg["context_length"], **one_layer
+        if self.kind == "PositionalAttentionModel":
+            return PositionalAttentionModel.init(
+                context_length=self.context_length, **one_layer
+            )
+        return AttentionModel.init(**one_layer)
+
+    def template(self):
+        """A model of the saved shapes, with ShapeDtypeStruct leaves: no random
+        draws run (they would compile), Equinox deserialises into it all the same.
+
+        A float64 run read where JAX has no float64 (x64 off, as in a fresh
+        notebook) gets NumPy float64 leaves instead: the run comes back in the
+        dtype it was written in, not rounded to float32.
+        """
+        saved = np.dtype(self.dtype)
+        usable = jax.dtypes.canonicalize_dtype(saved)
+        template = eqx.filter_eval_shape(
+            lambda key: self.init(key, usable), jax.random.key(0)
         )
-    return AttentionModel.init(**one_layer)
-
-
-def _template(cfg: dict):
-    """A model of the saved shapes, with ShapeDtypeStruct leaves: no random draws
-    run (they would compile), Equinox deserialises into it all the same.
-
-    A float64 run read where JAX has no float64 (x64 off, as in a fresh notebook)
-    gets NumPy float64 leaves instead: the run comes back in the dtype it was
-    written in, not rounded to float32.
-    """
-    saved = np.dtype(cfg["dtype"])
-    usable = jax.dtypes.canonicalize_dtype(saved)
-    template = eqx.filter_eval_shape(
-        lambda key: _init(cfg, key, usable), jax.random.key(0)
-    )
-    if usable == saved:
-        return template
-    return jax.tree.map(
-        lambda x: np.zeros(x.shape, saved) if x.dtype == usable else x, template
-    )
+        if usable == saved:
+            return template
+        return jax.tree.map(
+            lambda x: np.zeros(x.shape, saved) if x.dtype == usable else x, template
+        )
 
 
 def param_columns(
@@ -149,13 +182,16 @@ def save_trajectory(run_dir, traj: Trajectory, *, name: str = "flow") -> None:
     atomic_write_bytes(run_dir / f"{name}_final.eqx", serialise(traj.final))
     if traj.params is not None:
         atomic_write_bytes(run_dir / f"{name}_params.eqx", serialise(traj.params))
+    model = SavedModel.of(traj.final)
+    record = {"class": model.kind} if model.kind is not None else {}
+    record |= {k: getattr(model, k) for k in SavedModel.RECORDED[model.kind]}
     write_json(
         run_dir / f"{name}.json",
         {
             "status": traj.status,
             "stats": traj.stats,
             "info": traj.info,
-            "model": _model_config(traj.final),
+            "model": record,
             "num_saves": len(traj),
         },
     )
@@ -173,7 +209,7 @@ def load_trajectory(run_dir, *, name: str = "flow") -> Trajectory:
     with np.load(run_dir / f"{name}_metrics.npz") as data:
         arrays = {k: data[k] for k in data.files}
     t = arrays.pop("t")
-    template = _template(meta["model"])
+    template = SavedModel.from_json(meta["model"]).template()
     final = eqx.tree_deserialise_leaves(run_dir / f"{name}_final.eqx", template)
     params = None
     if (run_dir / f"{name}_params.eqx").exists():

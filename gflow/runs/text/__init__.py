@@ -11,18 +11,16 @@ from gflow.runs.text.files import write_text_files as write_text_files
 from gflow.runs.text.files import write_text_run as write_text_run
 from gflow.runs.text.files import write_text_start as write_text_start
 from gflow.runs.text.job import TextJob as TextJob
-from gflow.runs.text.job import TextResult as TextResult
 from gflow.runs.text.pieces import RunPieces as RunPieces
 from gflow.runs.text.pieces import text_fingerprint as text_fingerprint
 from gflow.runs.text.run import TextData as TextData
 from gflow.runs.text.run import init_model as init_model
 from gflow.runs.text.run import prepare as prepare
 from gflow.runs.text.run import run_text as run_text
-from gflow.runs.text.seeds import SeedSummary as SeedSummary
-from gflow.runs.text.seeds import stages_summary as stages_summary
+from gflow.runs.stages import SeedSummary as SeedSummary
 from gflow.runs.strategies import text_strategies as text_strategies
-from gflow.runs.text.seeds import stages_table as stages_table
-from gflow.runs.text.seeds import summarise_seeds as summarise_seeds
+from gflow.runs.stages import stages_table as stages_table
+from gflow.runs.stages import summarise_seeds as summarise_seeds
 
 __all__ = [
     "MODELS",

@@ -21,8 +21,8 @@ from gflow.runs.config import (
 from gflow.runs.names import METHODS as _METHODS
 from gflow.runs.names import MODELS as _MODELS
 from gflow.runs.names import SCHEDULES, SOLVERS, check_tokenization
+from gflow.runs.names import TOKENIZERS as _TOKENIZERS
 from gflow.text.subword import KINDS, WHITESPACE, WHITESPACE_MODES
-from gflow.text.tokenize import TOKENIZERS
 
 #: How the deterministic run follows the flow.
 METHODS = tuple(_METHODS)
@@ -33,7 +33,7 @@ OPTIMIZER_NAMES = ("gd", "sgd", "adam", "adamw")
 #: with ``positional``) or the deep ``gflow.Transformer`` (``layers``, ``heads``).
 MODELS = tuple(_MODELS)
 #: Every tokeniser name: the fixed ones and the subword kinds trained on the corpus.
-TOKENIZER_NAMES = (*TOKENIZERS, *KINDS)
+TOKENIZER_NAMES = tuple(_TOKENIZERS)
 #: Query tokens tracked by default where the vocabulary has them: the whitespace
 #: piece and the rows of the paper's figures (WikiText: "continue"; TinyStories:
 #: "the", ",", "a", "full", "been").

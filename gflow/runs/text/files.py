@@ -13,16 +13,17 @@ import numpy as np
 from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.environment import environment
 from gflow.runs.files import atomic_write_bytes, write_json
+from gflow.runs.job import Member
 from gflow.runs.run_dir import RunDirectory, RunFacts
+from gflow.runs.stages import StagesEntry, write_stages
 from gflow.runs.text.config import TextConfig
 from gflow.runs.text.run import TextData
-from gflow.runs.text.seeds import stages_summary
 from gflow.runs.trajectory_files import save_trajectory
 from gflow.text.positional import PositionalAttentionModel
 from gflow.text.row_phases import row_phases
 
 
-def _stages(traj: Trajectory):
+def _stages(traj: Trajectory) -> StagesEntry:
     """The stages of a run: ``gflow.detect_stages`` where its Markov observables
     apply, else ``detect_head_stages`` on the run's one attention head (the
     ``head_*`` metrics: ``HeadObservables`` on the fixed sample, with the tracked
@@ -32,19 +33,13 @@ def _stages(traj: Trajectory):
 
     try:
         if "attention" in traj.metrics:
-            return {
-                "available": True,
-                "stages": [s.to_dict() for s in detect_stages(traj)],
-            }
+            return StagesEntry(True, tuple(detect_stages(traj)))
         metrics = {**traj.metrics, "sv_W_A": traj.metrics.get("head_sv_W_A")}
         view = dataclasses.replace(traj, metrics=metrics)
-        return {
-            "available": True,
-            "rule": "detect_head_stages",
-            "stages": [s.to_dict() for s in detect_head_stages(view)],
-        }
+        found = tuple(detect_head_stages(view))
+        return StagesEntry(True, found, rule="detect_head_stages")
     except Exception as e:  # its inputs may not fit a text run: record why
-        return {"available": False, "why": f"{type(e).__name__}: {e}"}
+        return StagesEntry(False, why=f"{type(e).__name__}: {e}")
 
 
 def text_facts(cfg: TextConfig, data: TextData) -> RunFacts:
@@ -80,15 +75,16 @@ def write_text_start(out, cfg: TextConfig, data: TextData) -> Path:
     return out
 
 
-def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
-    """One trajectory per run (attention rows apart, in
+def write_text_run(out, runs: tuple[Member, ...]) -> tuple[Member, ...]:
+    """One trajectory per run (``run_text``'s members; attention rows apart, in
     ``<run>_rows.npz``), row_phases.json (what each tracked row does,
     ``gflow.text.row_phases``), stages.json and, for several seeds,
-    stages_summary.json; figures are drawn from these files."""
+    stages_summary.json; returns the members with their stages. Figures are drawn
+    from these files."""
     out = Path(out)
-    vocab = data.vocab
-    stages, phases = {}, {}
-    for name, traj in runs.items():
+    members, phases = [], {}
+    for m in runs:
+        name, traj, data = m.name, m.trajectory, m.data
         metrics = dict(traj.metrics)
         rows = metrics.pop("attention_rows", None)  # None: a Transformer
         final = traj.final
@@ -103,15 +99,14 @@ def write_text_run(out, cfg: TextConfig, data: TextData, runs) -> Path:
             buf = _io.BytesIO()
             np.savez(buf, t=traj.t, rows=rows, queries=np.asarray(data.queries))
             atomic_write_bytes(out / f"{name}_rows.npz", buf.getvalue())
+            tokens = data.vocab.tokens
             phases[name] = {
-                vocab.tokens[q]: row_phases(traj.t, rows[:, j], vocab.tokens, q)
+                tokens[q]: row_phases(traj.t, rows[:, j], tokens, q)
                 for j, q in enumerate(data.queries)
             }
-        stages[name] = _stages(saved)
-    write_json(out / "stages.json", stages)
+        members.append(dataclasses.replace(m, stages=_stages(saved)))
+    seeds = {m.name: m.seed for m in members}
+    write_stages(out, {m.name: m.stages for m in members}, seeds)
     if phases:  # what each tracked query's row does (focus on, dilution from)
         write_json(out / "row_phases.json", phases)
-    if cfg.seeds > 1:
-        summary = stages_summary(cfg, stages)
-        write_json(out / "stages_summary.json", dataclasses.asdict(summary))
-    return out
+    return tuple(members)

@@ -15,18 +15,17 @@ import dataclasses
 import logging
 import time
 
-from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.config import ConfigError
 from gflow.runs.files import read_json
-from gflow.runs.job import AbstractMembersJob, Context, Units
+from gflow.runs.job import AbstractMembersJob, Context, MembersResult, Units
 from gflow.runs.run_dir import RunDirectory, RunFacts
+from gflow.runs.stages import SeedSummary, stages_table
 from gflow.runs.strategies import Strategies, text_strategies
 from gflow.runs.text import run as text_run  # run_text via the module: stubbed
 from gflow.runs.text.config import TextConfig
 from gflow.runs.text.files import text_facts, write_text_files, write_text_run
 from gflow.runs.text.pieces import RunPieces
 from gflow.runs.text.run import TextData
-from gflow.runs.text.seeds import stages_summary, stages_table
 from gflow.text.row_phases import describe
 from gflow.text.stability import stability_line, stability_warning
 from gflow.text.subword import KINDS
@@ -42,16 +41,6 @@ class TextPlan:
     cfg: TextConfig
     data: TextData
     strategies: Strategies
-
-
-@dataclasses.dataclass(frozen=True)
-class TextResult:
-    """Every run by name; the wall time of each part of the command."""
-
-    plan: TextPlan
-    runs: dict[str, Trajectory]
-    wall: dict[str, float]
-    directory: RunDirectory
 
 
 class TextJob(AbstractMembersJob[TextConfig]):
@@ -135,7 +124,8 @@ class TextJob(AbstractMembersJob[TextConfig]):
 
     def run_alone(self, plan: TextPlan, directory: RunDirectory, context: Context):
         """One process: every seed, the runs kept as computed (not read back)."""
-        return TextResult(plan, self._run(plan, directory, context), {}, directory)
+        runs = self._run(plan, directory, context)
+        return MembersResult(plan, runs, directory=directory)
 
     def run_members(self, plan, directory, context, mine: list[int]) -> int:
         self._run(plan, directory, context, seeds=[plan.cfg.seed_list[i] for i in mine])
@@ -162,7 +152,7 @@ class TextJob(AbstractMembersJob[TextConfig]):
             cfg, plan.data, pieces=pieces, report=report, strategies=strategies, **kw
         )
 
-    def read_members(self, plan, directory, owner, resumed) -> TextResult:
+    def read_members(self, plan, directory, owner, resumed) -> MembersResult:
         pieces = RunPieces(directory.path, plan.cfg, plan.data)
         try:
             runs = text_run.run_text(
@@ -177,18 +167,19 @@ class TextJob(AbstractMembersJob[TextConfig]):
                 f"{e} in {pieces.directory}; put the run directory on a "
                 "filesystem that every process shares"
             ) from None
-        return TextResult(plan, runs, {}, directory)
+        return MembersResult(plan, runs, directory=directory)
 
-    def write(self, result: TextResult, directory: RunDirectory) -> TextResult:
+    def write(self, result: MembersResult, directory: RunDirectory) -> MembersResult:
         start = time.perf_counter()
-        write_text_run(directory.path, result.plan.cfg, result.plan.data, result.runs)
+        runs = write_text_run(directory.path, result.runs)
         wall = {**result.wall, "save": time.perf_counter() - start}
-        return dataclasses.replace(result, wall=wall)
+        return dataclasses.replace(result, runs=runs, wall=wall)
 
-    def summary(self, result: TextResult) -> str:
+    def summary(self, result: MembersResult) -> str:
         cfg, out = result.plan.cfg, result.directory.path
         lines = []
-        for name, traj in result.runs.items():
+        for m in result.runs:
+            name, traj = m.name, m.trajectory
             st, loss = traj.stats, traj.metrics["loss"]
             lines.append(
                 f"{name} {traj.status}: t={traj.t[-1]:g}, "
@@ -209,11 +200,8 @@ class TextJob(AbstractMembersJob[TextConfig]):
                 for query, moves in phases.get(name, {}).items():
                     lines.append(f"  {name} {query!r}: {describe(moves)}")
         if cfg.seeds > 1:
-            summary = stages_summary(cfg, read_json(out / "stages.json"))
-            lines.append(stages_table(summary))
+            summary = read_json(out / "stages_summary.json")
+            lines.append(stages_table(SeedSummary.from_json(summary)))
         parts = ", ".join(f"{k} {v:.1f} s" for k, v in result.wall.items())
         lines.append(f"wrote {len(result.runs)} run(s) ({parts})")
         return "\n".join(lines)
-
-    def succeeded(self, result: TextResult) -> bool:
-        return all(t.status == "success" for t in result.runs.values())

@@ -23,9 +23,6 @@ from gflow.runs.checkpoint import PieceStore, fingerprint
 from gflow.runs.files import to_json
 from gflow.runs.trajectory_files import param_columns, params_from_columns
 
-#: Settings that do not change what a run computes: where the tokeniser came from
-#: (its pieces are in the data) and whether a hub download was allowed.
-_NOT_RESULTS = ("tokenizer_file", "download")
 #: settings whose default has changed, at the default their earlier runs were hashed
 #: with: the flow's solver was Tsit5 until the stiffness-aware default (issue 31), so
 #: a run of Tsit5 keeps its pieces and one of the new default is another computation
@@ -41,7 +38,7 @@ def text_fingerprint(cfg, data) -> str:
     settings = {
         k: v
         for k, v in dataclasses.asdict(cfg).items()
-        if k not in _NOT_RESULTS and v != default[k]
+        if k not in cfg.not_results and v != default[k]
     }
     settings["vocab"] = list(data.vocab.tokens)
     settings["queries"] = list(data.queries)

@@ -27,6 +27,7 @@ import optax
 
 from gflow.analysis.head_observables import HeadObservables
 from gflow.dynamics.trajectory import Trajectory
+from gflow.runs.job import Member
 from gflow.runs.strategies import Strategies, text_strategies
 from gflow.runs.text.config import PAPER_QUERIES, TextConfig
 from gflow.text.corpus import load_corpus
@@ -134,9 +135,9 @@ def run_text(
     seeds=None,
     read_only: bool = False,
     strategies: Strategies | None = None,
-) -> dict[str, Trajectory]:
+) -> tuple[Member, ...]:
     """Every seed's deterministic run (``cfg.method``) and optimizer arm, each pair
-    from one init; names as ``cfg.run_names``.
+    from one init, as members named as ``cfg.run_names``.
 
     The loops save parameter snapshots only; the text observables are computed from
     them afterwards (``observe_snapshots``), so the compiled loops hold nothing but
@@ -169,7 +170,7 @@ def run_text(
     if cfg.opt_steps and cfg.batch:
         shared["stream"] = WindowStream(data.ids, length=cfg.context, batch=cfg.batch)
         shared["tx"] = arm_transform(cfg, dtype, strategies)
-    runs = {}
+    runs = []
     for seed in cfg.seed_list if seeds is None else seeds:
         model = init_model(cfg, d, seed, strategies)
         for name, arm in zip(cfg.run_names(seed), (_reference, _arm)):
@@ -187,10 +188,10 @@ def run_text(
                 traj = dataclasses.replace(traj, info={**traj.info, "seed": seed})
                 if pieces is not None:
                     pieces.save(name, traj)
-            runs[name] = traj
+            runs.append(Member(name, seed, cfg, data, traj))
             if report is not None:
                 report(name, traj, resumed)
-    return runs
+    return tuple(runs)
 
 
 def _reference(cfg, seed, model, loss, shared, strategies) -> Trajectory:

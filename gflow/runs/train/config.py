@@ -29,17 +29,12 @@ from gflow.runs.names import (
     OPTIMIZERS,
     SCHEDULES,
     SOLVERS,
+    TOKENIZERS,
     TRAINING,
     check_tokenization,
 )
 from gflow.text.corpus import PACKAGED_CORPORA
-from gflow.text.subword import KINDS as SUBWORD_KINDS
 from gflow.text.subword import WHITESPACE_MODES
-from gflow.text.tokenize import TOKENIZERS
-
-#: Every tokeniser a text corpus can be cut with: the fixed ones and the subword
-#: kinds trained on the corpus.
-TOKENIZER_NAMES = (*TOKENIZERS, *SUBWORD_KINDS)
 
 #: Settings added after runs were saved, at the defaults those runs computed with:
 #: left out of a run's fingerprint while at their defaults, so that its pieces
@@ -85,7 +80,7 @@ class TrainConfig(AbstractConfig):
     )
     tokenizer: str = setting(
         "word",
-        f"a text corpus's tokeniser: one of {', '.join(TOKENIZER_NAMES)} (bpe and "
+        f"a text corpus's tokeniser: one of {', '.join(TOKENIZERS)} (bpe and "
         "unigram are trained on the corpus, offline; needs pip install "
         "'gflow[text]'; saved as tokenizer.json)",
     )

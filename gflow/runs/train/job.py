@@ -7,12 +7,13 @@ import dataclasses
 
 from gflow.runs.config import ConfigError
 from gflow.runs.files import atomic_write_bytes
-from gflow.runs.job import AbstractMembersJob, Context, Units
+from gflow.runs.job import AbstractMembersJob, Context, Member, MembersResult, Units
 from gflow.runs.run_dir import RunDirectory, RunFacts
+from gflow.runs.stages import StagesEntry
 from gflow.runs.strategies import train_strategies
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
 from gflow.runs.train.config import TrainRun
-from gflow.runs.train.members import Member, gather, run_members, write_sweep_run
+from gflow.runs.train.members import gather, run_members, write_sweep_run
 from gflow.runs.train.run import TrainData, prepare, write_train_run
 
 
@@ -23,22 +24,6 @@ class TrainPlan:
 
     cfg: TrainRun
     data: TrainData
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainResult:
-    """The finished members (with their stages once written); segments read
-    back instead of computed; processes."""
-
-    plan: TrainPlan
-    runs: tuple[Member, ...]
-    resumed: int = 0
-    processes: int = 1
-
-    @property
-    def one(self) -> bool:
-        """Whether this is one run in the layout of one run (train.json, ...)."""
-        return not self.plan.cfg.sweep.is_sweep and self.processes == 1
 
 
 class TrainJob(AbstractMembersJob[TrainRun]):
@@ -115,10 +100,10 @@ class TrainJob(AbstractMembersJob[TrainRun]):
         cfg = plan.cfg
         return run_members(cfg.base, cfg.sweep, directory.path, mine, finished)
 
-    def read_members(self, plan, directory, owner, resumed) -> TrainResult:
+    def read_members(self, plan, directory, owner, resumed) -> MembersResult:
         count = max(owner) + 1
         runs = gather(plan.cfg.base, plan.cfg.sweep, directory.path, count)
-        return TrainResult(plan, runs, resumed, count)
+        return MembersResult(plan, runs, resumed, count)
 
     def _run_one(self, plan: TrainPlan, directory: RunDirectory, context: Context):
         cfg = plan.cfg.base
@@ -148,32 +133,34 @@ class TrainJob(AbstractMembersJob[TrainRun]):
         finally:
             if bar is not None:
                 bar.close()
-        runs = (Member("train", cfg, plan.data, traj),)
-        return TrainResult(plan, runs, traj.stats["resumed_pieces"])
+        runs = (Member("train", cfg.seed, cfg, plan.data, traj),)
+        return MembersResult(plan, runs, traj.stats["resumed_pieces"])
 
-    def write(self, result: TrainResult, directory: RunDirectory) -> TrainResult:
-        if not result.one:
-            runs = write_sweep_run(directory.path, result.plan.cfg.sweep, result.runs)
+    def write(self, result: MembersResult, directory: RunDirectory) -> MembersResult:
+        if result.plan.cfg.sweep.is_sweep:
+            runs = write_sweep_run(directory.path, result.runs)
             return dataclasses.replace(result, runs=runs)
-        (m,) = result.runs
+        (m,) = result.runs  # the layout of one run: train.json, a list of stages
         unigram = m.data.references.get("unigram_loss")
         found = write_train_run(directory.path, m.trajectory, unigram_loss=unigram)
+        stages = StagesEntry(True, tuple(found))
         return dataclasses.replace(
-            result, runs=(dataclasses.replace(m, stages=tuple(found)),)
+            result, runs=(dataclasses.replace(m, stages=stages),)
         )
 
-    def summary(self, result: TrainResult) -> str:
+    def summary(self, result: MembersResult) -> str:
         opt = result.plan.cfg.base.label
+        one = not result.plan.cfg.sweep.is_sweep
         lines = []
         for m in result.runs:
-            name, traj, stages = m.name, m.trajectory, m.stages
+            name, traj, stages = m.name, m.trajectory, m.stages.stages
             loss = traj.metrics["loss"]
             heads = {(s.layer, s.head) for s in stages if s.layer >= 0}
             what = (
                 f"t={traj.t[-1]:.4g}, loss {loss[0]:.4f} -> {loss[-1]:.4f}, "
                 f"{len(stages)} stages in {len(heads)} heads"
             )
-            if result.one:
+            if one:
                 resumed = result.resumed
                 lines.append(
                     f"train {opt} {traj.status}: {what}"
@@ -181,12 +168,9 @@ class TrainJob(AbstractMembersJob[TrainRun]):
                 )
             else:
                 lines.append(f"  {name} {traj.status}: {what}")
-        if not result.one:
+        if not one:
             parts = [f"{result.resumed} segment(s) resumed"] * bool(result.resumed)
             parts += [f"{result.processes} processes"] * (result.processes > 1)
             head = f"train {opt}, {len(result.runs)} members"
             lines.append(head + (": " + ", ".join(parts) if parts else ""))
         return "\n".join(lines)
-
-    def succeeded(self, result: TrainResult) -> bool:
-        return all(m.trajectory.status == "success" for m in result.runs)

@@ -27,27 +27,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from gflow.analysis.head_stages import HeadStage
-from gflow.dynamics.trajectory import Trajectory
 from gflow.runs.distributed import deal
-from gflow.runs.files import write_json
-from gflow.runs.text.seeds import summarise_seeds
+from gflow.runs.job import Member
+from gflow.runs.stages import StagesEntry, write_stages
 from gflow.runs.train import run as train_run  # run_train via the module: stubbed
 from gflow.runs.train.config import TrainConfig, TrainSweep
 from gflow.runs.train.run import TrainData, prepare, write_train_run
-
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-    """One finished training run of ``gflow train``: its name in the run
-    directory, configuration, data and trajectory, and its per-head stages once
-    written (``write_sweep_run``, ``write_train_run``)."""
-
-    name: str
-    cfg: TrainConfig
-    data: TrainData
-    trajectory: Trajectory
-    stages: tuple[HeadStage, ...] = ()
 
 
 def _data(member: TrainConfig, cache: dict) -> TrainData:
@@ -108,17 +93,14 @@ def gather(
                 f"member {name}, run by process {p} of {count}: {e}; put the run "
                 "directory on a filesystem that every process shares"
             ) from None
-        out.append(Member(name, member, data, traj))
+        out.append(Member(name, member.seed, member, data, traj))
     return tuple(out)
 
 
-def write_sweep_run(
-    run_dir, sweep: TrainSweep, members: tuple[Member, ...]
-) -> tuple[Member, ...]:
+def write_sweep_run(run_dir, members: tuple[Member, ...]) -> tuple[Member, ...]:
     """Every member's trajectory, stages.json and, for several seeds,
     stages_summary.json; returns the members with their stages."""
-    run_dir = Path(run_dir)
-    out, entries = [], {}
+    out = []
     for m in members:
         found = write_train_run(
             run_dir,
@@ -127,16 +109,8 @@ def write_sweep_run(
             stages_file=None,
             unigram_loss=m.data.references.get("unigram_loss"),
         )
-        out.append(dataclasses.replace(m, stages=tuple(found)))
-        entries[m.name] = {"available": True, "stages": [s.to_dict() for s in found]}
-    write_json(run_dir / "stages.json", entries)
-    if sweep.seeds > 1:
-        groups: dict[str, dict[int, dict]] = {}
-        for m in members:  # the seeds of each step size: train or train_lr<η>
-            groups.setdefault(m.name.rsplit("_s", 1)[0], {})[m.cfg.seed] = entries[
-                m.name
-            ]
-        seeds = sorted({m.cfg.seed for m in members})
-        summary = summarise_seeds(groups, seeds)
-        write_json(run_dir / "stages_summary.json", dataclasses.asdict(summary))
+        out.append(dataclasses.replace(m, stages=StagesEntry(True, tuple(found))))
+    write_stages(
+        run_dir, {m.name: m.stages for m in out}, {m.name: m.seed for m in out}
+    )
     return tuple(out)

@@ -1,14 +1,44 @@
-"""Stage times of a text (or training) run over seeds: mean ± sd per stage
-(stages_summary.json, a ``SeedSummary``) and the printed table."""
+"""stages.json of a run of members (``gflow text``'s seeds and arms, ``gflow
+train``'s members): each run's ``StagesEntry``, and, over seeds, each stage's time
+as mean ± sd (stages_summary.json, a ``SeedSummary``) and the printed table."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gflow.runs.text.config import TextConfig
+from gflow.analysis.stage import Stage
+from gflow.runs.files import write_json
+
+
+@dataclasses.dataclass(frozen=True)
+class StagesEntry:
+    """One run's entry in stages.json: the stages found, the rule that found them
+    (None: the run's default rule), or, when none could be, why.
+
+    stages.json holds each as ``{"available": true, "stages": [...]}`` (with
+    ``"rule"`` where set) or ``{"available": false, "why": ...}``.
+    """
+
+    available: bool
+    stages: tuple[Stage, ...] = ()
+    rule: str | None = None
+    why: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> StagesEntry:
+        """The entry stages.json holds (a stage written without a cycle is of the
+        first)."""
+        stages = tuple(
+            Stage.from_dict({"cycle": 1, **s}) for s in data.get("stages", ())
+        )
+        return cls(
+            bool(data.get("available")), stages, data.get("rule"), data.get("why")
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,63 +109,76 @@ class SeedSummary:
         return cls(tuple(data["seeds"]), runs)
 
 
-def _stage_key(stage: dict) -> tuple:
-    return (
-        stage["stage"],
-        int(stage.get("cycle", 1)),
-        int(stage.get("layer", -1)),
-        int(stage.get("head", -1)),
-    )
+def _stage_key(stage: Stage) -> tuple:
+    none = -1  # a whole-model stage: no layer or head
+    layer, head = (none if x is None else x for x in (stage.layer, stage.head))
+    return stage.stage, stage.cycle, layer, head
 
 
-def stages_summary(cfg: TextConfig, stages: Any) -> SeedSummary:
-    """Each run's stage times over the seeds (``summarise_seeds``).
-
-    ``stages``: stages.json's content (run name -> ``_stages`` of that run).
-    """
-    groups = {
-        base: {s: stages.get(cfg.run_names(s)[i], {}) for s in cfg.seed_list}
-        for i, base in enumerate(cfg.base_names)
-    }
-    return summarise_seeds(groups, list(cfg.seed_list))
-
-
-def summarise_seeds(groups: dict[str, dict[int, Any]], seeds: list[int]) -> SeedSummary:
+def summarise_seeds(
+    groups: dict[str, dict[int, StagesEntry]], seeds: Sequence[int]
+) -> SeedSummary:
     """Each group's stage times over the seeds: for every stage (name, cycle, layer,
     head) found in some seed, how many seeds found it, its t_start and t_end per
     seed (None where not found) and their mean ± sd over the seeds that found it.
 
-    ``groups``: group name -> seed -> that seed's stages.json entry
-    (``{"available": bool, "stages": [...]}`` or ``{"why": ...}``).
+    ``groups``: group name -> seed -> that seed's stages.json entry (a seed
+    missing there has no stages).
     """
     out = {}
+    missing = StagesEntry(False, why="no stages")
     for base, per_seed in groups.items():
-        per_seed = {s: per_seed.get(s, {}) for s in seeds}
-        found: dict[tuple, dict[int, dict]] = {}
+        per_seed = {s: per_seed.get(s, missing) for s in seeds}
+        found: dict[tuple, dict[int, Stage]] = {}
         for seed, entry in per_seed.items():
-            for st in entry.get("stages", []) if entry.get("available") else []:
+            for st in entry.stages if entry.available else ():
                 found.setdefault(_stage_key(st), {})[seed] = st
         rows = []
         for key in sorted(found, key=lambda k: _first_start(found[k])):
             by_seed = found[key]
             times = {
                 end: Spread.of(
-                    [by_seed[s][end] if s in by_seed else None for s in seeds]
+                    [getattr(by_seed[s], end) if s in by_seed else None for s in seeds]
                 )
                 for end in ("t_start", "t_end")
             }
             rows.append(StageOverSeeds(*key, len(by_seed), **times))
         unavailable = {
-            str(seed): entry.get("why", "no stages")
+            str(seed): entry.why or "no stages"
             for seed, entry in per_seed.items()
-            if not entry.get("available")
+            if not entry.available
         }
         out[base] = RunOverSeeds(tuple(rows), unavailable)
     return SeedSummary(tuple(seeds), out)
 
 
-def _first_start(by_seed: dict) -> float:
-    return min(st["t_start"] for st in by_seed.values())
+def _first_start(by_seed: dict[int, Stage]) -> float:
+    return min(st.t_start for st in by_seed.values())
+
+
+def write_stages(
+    out, entries: dict[str, StagesEntry], seeds: dict[str, int]
+) -> SeedSummary | None:
+    """Write stages.json (each run's entry) and, when the runs have several seeds
+    (``seeds``: run name -> its seed, the runs named ``<group>_s<seed>``),
+    stages_summary.json: each group's stage times over its seeds, the summary
+    returned (else None)."""
+    out = Path(out)
+    document = {}
+    for name, e in entries.items():
+        stages = [s.to_dict() for s in e.stages] if e.available else None
+        fields = {"available": e.available, "rule": e.rule, "stages": stages}
+        fields["why"] = e.why
+        document[name] = {k: v for k, v in fields.items() if v is not None}
+    write_json(out / "stages.json", document)
+    if len(set(seeds.values())) < 2:
+        return None
+    groups: dict[str, dict[int, StagesEntry]] = {}
+    for name, seed in seeds.items():
+        groups.setdefault(name.removesuffix(f"_s{seed}"), {})[seed] = entries[name]
+    summary = summarise_seeds(groups, sorted(set(seeds.values())))
+    write_json(out / "stages_summary.json", dataclasses.asdict(summary))
+    return summary
 
 
 def stages_table(summary: SeedSummary) -> str:
