@@ -117,8 +117,18 @@ def test_online_events_agree_with_the_offline_rules(markov_run):
         assert match.t_start - delay <= e.t_start <= match.t_end + delay, (e, match)
 
 
-def test_files_hold_what_the_monitor_saw(markov_run):
-    out, mon = markov_run
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """The default Markov GD run to t = 20 (80 steps, 21 observations): what the
+    files must hold does not depend on the run's length."""
+    out = tmp_path_factory.mktemp("mon") / "short"
+    with Monitor(out, every=4, verbose=False) as mon:
+        _markov_gd(mon, 20.0)
+    return out, mon
+
+
+def test_files_hold_what_the_monitor_saw(short_run):
+    out, mon = short_run
     traj, events, cfg = gflow.load_monitor(out)
     assert events == mon.events
     assert all(type(e) is gflow.Stage and e.is_event for e in events)
@@ -126,12 +136,12 @@ def test_files_hold_what_the_monitor_saw(markov_run):
     assert lines == [json.dumps(e.to_dict()) for e in mon.events]
     mine = mon.trajectory()
     np.testing.assert_array_equal(traj.t, mine.t)
-    assert traj.t.size == 200 // (4 * ETA) + 1
+    assert traj.t.size == 20 // (4 * ETA) + 1
     for k, v in mine.metrics.items():
         np.testing.assert_allclose(traj.metrics[k], v, rtol=1e-15, err_msg=k)
     assert cfg["every"] == 4 and cfg["probe_shape"] == [128, 33]
     assert cfg["top"] == 0 and 0 not in cfg["tracked"]
-    np.testing.assert_array_equal(traj.metrics["step"], np.arange(0, 801, 4))
+    np.testing.assert_array_equal(traj.metrics["step"], np.arange(0, 81, 4))
 
 
 @pytest.mark.slow

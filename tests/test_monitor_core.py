@@ -2,6 +2,7 @@
 attention probabilities [layers, heads, batch, query, key] against the JAX
 observables of the same model, and Monitor.record against Monitor.observe."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,7 +38,8 @@ def _attention(model, probe):
 def test_attention_signals_equal_the_jax_observables():
     model, probe = _setup()
     obs = HeadObservables.default(probe, 4)
-    want = obs(model)
+    # one compiled program (0.7 s) instead of the same arithmetic op by op (3.7 s)
+    want = eqx.filter_jit(HeadObservables.__call__)(obs, model)
     got = gflow.attention_signals(
         _attention(model, probe), probe, top=int(obs.top), tracked=obs.tracked
     )

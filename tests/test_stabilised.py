@@ -3,6 +3,7 @@ forms of stiff linear systems, orders measured by halving h, stability up to the
 bound, the embedded estimates' orders, and the switch's decisions."""
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -449,8 +450,10 @@ def test_autoswitch_enters_split_rkc2_with_a_basis_made_at_the_switch():
     y0 = jnp.ones(5)
     tsit = _race_state(TSIT5, f0=-A @ y0, basis=jnp.eye(5)[:2] + 0.3, band=0.0)
     chebyshev = _race_state(CHEBYSHEV)
-    basis, band, evals = solver._enter_split(
-        term, 0.0, y0, None, tsit, chebyshev, tsit.basis, tsit.band
+    # compiled once (as inside a solve) rather than run op by op
+    enter = eqx.filter_jit(type(solver)._enter_split)
+    basis, band, evals = enter(
+        solver, term, 0.0, y0, None, tsit, chebyshev, tsit.basis, tsit.band
     )
     jax.effects_barrier()
     # 20 Jacobian-vector products: one call of the field each, counted as two
@@ -460,9 +463,7 @@ def test_autoswitch_enters_split_rkc2_with_a_basis_made_at_the_switch():
     np.testing.assert_allclose(band, 300.0, rtol=1e-8)
     # no switch, no evaluation
     calls.clear()
-    _, _, evals = solver._enter_split(
-        term, 0.0, y0, None, tsit, tsit, tsit.basis, tsit.band
-    )
+    _, _, evals = enter(solver, term, 0.0, y0, None, tsit, tsit, tsit.basis, tsit.band)
     jax.effects_barrier()
     assert int(evals) == 0 and not calls
 
@@ -472,10 +473,11 @@ def test_autoswitch_enters_split_rkc2_with_a_basis_made_at_the_switch():
         CHEBYSHEV, f0=-A @ y0, basis=basis, band=band, steps_in_mode=0
     )
     calls.clear()
-    _, err, _, _, _ = solver.step(term, 0.0, 2.0, y0, None, entering, False)
+    step = eqx.filter_jit(type(solver).step)
+    _, err, _, _, _ = step(solver, term, 0.0, 2.0, y0, None, entering, False)
     jax.effects_barrier()
     assert not calls and bool(jnp.all(jnp.isinf(err)))
-    _, err, _, new, _ = solver.step(term, 0.0, 0.01, y0, None, entering, False)
+    _, err, _, new, _ = step(solver, term, 0.0, 0.01, y0, None, entering, False)
     jax.effects_barrier()
     assert calls and bool(jnp.all(jnp.isfinite(err)))
     # its stages' calls and the 2 products of one subspace iteration (2 each)
