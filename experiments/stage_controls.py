@@ -322,17 +322,9 @@ def online(traj: Trajectory, rules: StageDetector) -> list:
 
 
 def informed_at(t, gap, detector: StageDetector) -> float:
-    """When the online information gate opens: the time of the
-    ``information_saves``-th consecutive save with ``gap`` at least
-    ``min_information`` below zero (inf when it never does; -inf without a gap)."""
-    if gap is None:
-        return -np.inf
-    run = 0
-    for ti, g in zip(np.asarray(t, float), np.asarray(gap, float)):
-        run = run + 1 if g <= -detector.min_information else 0
-        if run >= detector.information_saves:
-            return float(ti)
-    return np.inf
+    """When the online information gate opens (``StageDetector.informed_from``);
+    -inf for a run without a gap (the gate cannot be read and stays open)."""
+    return -np.inf if gap is None else detector.informed_from(t, gap)
 
 
 def match_paper(t, everything, stages, *, informed: float = -np.inf) -> dict:

@@ -234,13 +234,20 @@ class StageDetector:
         if "unigram_gap" not in metrics:
             return True
         gap = np.asarray(metrics["unigram_gap"], float)
-        below = gap <= -self.min_information
+        return self.informed_from(np.arange(gap.size), gap) < np.inf
+
+    def informed_from(
+        self, t: Real[ArrayLike, " n"], gap: Real[ArrayLike, " n"]
+    ) -> float:
+        """Where the gate of ``informative`` opens: the time ``t`` of the
+        ``information_saves``-th consecutive save with ``gap`` at least
+        ``min_information`` below zero (inf when it never does)."""
         run = 0
-        for b in below:  # the longest run of consecutive saves below
-            run = run + 1 if b else 0
+        for ti, g in zip(np.asarray(t, float), np.asarray(gap, float)):
+            run = run + 1 if g <= -self.min_information else 0
             if run >= self.information_saves:
-                return True
-        return False
+                return float(ti)
+        return np.inf
 
     def moves(
         self,
