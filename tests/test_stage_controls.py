@@ -114,3 +114,59 @@ def test_a_focus_held_by_the_information_gate_matches_at_the_gates_opening():
     held = sc.match_paper(t, events, offline, informed=4.0)
     assert (held["hit_online"], held["hit_offline"]) == (1, 1)
     assert sc.match_paper(t, events, offline, informed=3.0)["hit_online"] == 0
+
+
+def test_the_noise_floor_is_the_deepest_two_save_dip_of_the_uninformative_nulls(
+    monkeypatch,
+):
+    """``dip``: over the ``NOISE`` controls only (the uniform-pi chain is
+    informative and is not read), the deepest level the gap stays under for two
+    consecutive saves, collapsed runs left out.
+
+    Catches a one-save dip read as the floor (min of the gap, -0.09 here), the
+    informative control counted (-0.30), and a collapsed run counted (-0.20)."""
+    gaps = {
+        # one save at -0.09, two consecutive saves at or below -0.04
+        ("markov-iid", 3): [0.0, -0.09, 0.01, -0.04, -0.05, 0.0],
+        ("markov-uniform", 3): [0.0, -0.30, -0.30, -0.30],
+        ("tinystories-bpe-isolated-shuffled", 4): [0.0, -0.20, -0.20, 0.0],
+    }
+
+    def load(data, rung, method, seed):
+        gap = gaps.get((data, seed))
+        if gap is None or rung != sc.RUNGS[0] or method != "adamw":
+            return None
+        n = len(gap)
+        entropy = np.full(n, 1.0)
+        if data == "tinystories-bpe-isolated-shuffled":
+            entropy[-1] = 0.01  # collapsed: left out
+        traj = _traj(np.linspace(1.0, 0.5, n), entropy)
+        traj.metrics["unigram_gap"] = np.asarray(gap)
+        return traj
+
+    monkeypatch.setattr(sc, "load", load)
+    floor, where = sc.dip(seeds=range(6))
+    assert floor == pytest.approx(0.04)
+    assert "i.i.d." in where and "seed 3" in where
+    assert sc.dip(seeds=range(6), saves=1)[0] == pytest.approx(0.09)
+
+
+def test_tuning_tries_no_gate_under_the_noise_floor(monkeypatch):
+    """``tune`` keeps the first (margin, gate) with no control firing, among the
+    gates at least ``SAFETY`` times the floor: with nothing firing anywhere and a
+    floor of 0.03 nats, the gate kept is the first of ``GATES`` at or above
+    0.045, not the smallest.
+
+    Catches the floor ignored (0.02 kept) and read without its safety factor
+    (0.03 kept)."""
+    monkeypatch.setattr(sc, "dip", lambda seeds=None: (0.03, "a run"))
+    monkeypatch.setattr(
+        sc,
+        "cells",
+        lambda seeds, rules: {("markov-iid", "r", "m"): {"n": 10, "paper": 0}},
+    )
+    rules, lines = sc.tune()
+    want = min(g for g in sc.GATES if g >= sc.SAFETY * 0.03)
+    assert rules.min_information == want and want > 0.03
+    assert rules.margin == sc.MARGINS[0]
+    assert len(lines) == 3  # header, rule, the one pair tried
