@@ -313,3 +313,13 @@ class TextConfig(AbstractConfig):
         suffixed ``_s<seed>`` when several seeds run."""
         names = self.base_names
         return names if self.seeds == 1 else tuple(f"{n}_s{seed}" for n in names)
+
+
+#: A text run's pieces were hashed with every setting at its default left out (so
+#: that a setting added later at a default that computes what was computed before
+#: orphans none); the flow's solver was Tsit5 until the stiffness-aware default
+#: (issue 31), so a run of Tsit5 keeps its pieces and one of the new default is
+#: another computation.
+TextConfig.hashed_defaults = {
+    f.name: f.default for f in dataclasses.fields(TextConfig)
+} | {"solver": "tsit5"}

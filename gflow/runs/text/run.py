@@ -35,7 +35,7 @@ import optax
 
 from gflow.analysis.head_observables import HeadObservables
 from gflow.dynamics.trajectory import Trajectory
-from gflow.runs.checkpoint import PieceStore, fingerprint
+from gflow.runs.checkpoint import PieceStore
 from gflow.runs.files import to_json
 from gflow.runs.job import Member
 from gflow.runs.strategies import Strategies, text_strategies
@@ -137,28 +137,15 @@ def _observed(traj: Trajectory, obs, heads, loop_s: float) -> Trajectory:
 HEAD_METRICS = {"sv_W_A": "head_sv_W_A"}
 
 
-#: settings whose default has changed, at the default their earlier runs were hashed
-#: with: the flow's solver was Tsit5 until the stiffness-aware default (issue 31), so
-#: a run of Tsit5 keeps its pieces and one of the new default is another computation
-_HASHED_DEFAULTS = {"solver": "tsit5"}
-
-
 def text_fingerprint(cfg, data) -> str:
-    """The hash of a text run's configuration and data (``TextConfig``,
-    ``TextData``). Settings at their defaults are left out, so that a setting added
-    to gflow later, at a default that computes what was computed before, does not
-    orphan the pieces of a run started earlier."""
-    default = {f.name: f.default for f in dataclasses.fields(cfg)} | _HASHED_DEFAULTS
-    settings = {
-        k: v
-        for k, v in dataclasses.asdict(cfg).items()
-        if k not in cfg.not_results and v != default[k]
-    }
-    settings["vocab"] = list(data.vocab.tokens)
-    settings["queries"] = list(data.queries)
-    settings["top"] = list(data.top)
-    return fingerprint(
-        np.asarray(data.sample), np.asarray(data.row_sample), settings=settings
+    """The hash of a text run's configuration (``TextConfig``: its
+    ``checkpoint_fingerprint``) and data (``TextData``)."""
+    return cfg.checkpoint_fingerprint(
+        np.asarray(data.sample),
+        np.asarray(data.row_sample),
+        vocab=list(data.vocab.tokens),
+        queries=list(data.queries),
+        top=list(data.top),
     )
 
 

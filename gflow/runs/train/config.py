@@ -159,6 +159,8 @@ class TrainConfig(AbstractConfig):
     seed: int = setting(0, "PRNG seed of weights, batches and the held-out sample")
     x64: bool = setting(False, "float64 (default float32)", flag="--float64")
 
+    hashed_defaults: ClassVar[dict] = LATER_SETTINGS
+
     @classmethod
     def complete(cls, settings: dict) -> None:
         """A float64-only method (the flow) computes in float64 whatever ``x64``

@@ -38,11 +38,11 @@ from gflow.dynamics.minibatch import minibatch_segment
 from gflow.dynamics.optimizers import AbstractOptimizer
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import SequenceLoss, sequence_loss
-from gflow.runs.checkpoint import STATUS, PieceStore, fingerprint, run_pieces
+from gflow.runs.checkpoint import STATUS, PieceStore, run_pieces
 from gflow.runs.files import write_json
 from gflow.runs.names import DATASETS
 from gflow.runs.strategies import Strategies, train_strategies
-from gflow.runs.train.config import LATER_SETTINGS, TrainConfig
+from gflow.runs.train.config import TrainConfig
 from gflow.runs.trajectory_files import (
     param_columns,
     params_from_columns,
@@ -183,17 +183,12 @@ def run_train(
     model = init_model(cfg, data.d_vocab, strategies)
     eval_loss = SequenceLoss(data.eval_tokens)
     obs = HeadObservables.default(data.eval_tokens[:64], data.d_vocab)
-    settings = {
-        k: v
-        for k, v in dataclasses.asdict(cfg).items()
-        if k not in LATER_SETTINGS or v != LATER_SETTINGS[k]
-    }
     if cfg.minibatches:
-        fp = fingerprint(model, eval_loss, obs, settings=settings)
+        fp = cfg.checkpoint_fingerprint(model, eval_loss, obs)
         compute = _minibatch_pieces(cfg, data, model, eval_loss, obs, strategies)
         count = cfg.segments
     else:
-        fp = fingerprint(model, eval_loss, obs, data.fixed_loss, settings=settings)
+        fp = cfg.checkpoint_fingerprint(model, eval_loss, obs, data.fixed_loss)
         compute = _fixed_piece(data, model, eval_loss, obs, strategies.method)
         count = 1
 
