@@ -70,6 +70,13 @@ class Context:
         shown = not self.quiet and sys.stderr.isatty()
         return self.interrupt if shown or self.program_cache is None else None
 
+    def watched(self, method):
+        """``method`` (an ``AbstractFlowMethod``) asking ``interrupt`` from inside
+        its loop and, unless quiet, showing its progress (a flow's t, step size and
+        solver)."""
+        method = method.watched(self.interrupt)
+        return method if self.quiet else method.shown()
+
     @property
     def main(self) -> bool:
         """Whether this process writes the run directory."""

@@ -28,7 +28,7 @@ from gflow.dynamics.solvers import (
     SplitRKC2,
     StiffSwitch,
 )
-from gflow.runs.config import ConfigError, bad
+from gflow.runs.config import ConfigError, bad, check_flow_solver, check_seed
 from gflow.text.fullbatch import FULL_BATCH_RULES
 from gflow.text.sources import InContextSource, MarkovSource
 from gflow.text.strategies import (
@@ -217,18 +217,30 @@ TOKENIZERS = NameTable(
 )
 
 
-def check_tokenization(tokenizer: str, whitespace: str, vocab_size: int) -> None:
-    """ConfigError for a tokeniser of ``gflow text`` or ``gflow train`` that cannot
-    cut a corpus: an unknown name or whitespace mode, or a subword vocabulary
-    outside 32-100000 pieces."""
-    TOKENIZERS.check("tokenizer", tokenizer)
-    if whitespace not in WHITESPACE_MODES:
+def check_model_run(cfg, methods: NameTable) -> None:
+    """ConfigError for a setting that ``gflow text`` and ``gflow train`` share and
+    that cannot run: the tokeniser (an unknown name or whitespace mode, or a
+    subword vocabulary outside 32-100000 pieces), the method (``methods``: the
+    command's table) and the flow's solver, the model's and schedule's names, a
+    warmup outside [0, 1), the seed, and a float64-only method in float32."""
+    TOKENIZERS.check("tokenizer", cfg.tokenizer)
+    if cfg.whitespace not in WHITESPACE_MODES:
         bad("whitespace", f"must be one of {', '.join(WHITESPACE_MODES)}")
-    if tokenizer in _SUBWORD_KINDS and not 32 <= vocab_size <= 100_000:
+    if cfg.tokenizer in _SUBWORD_KINDS and not 32 <= cfg.vocab_size <= 100_000:
         bad(
             "vocab_size",
-            f"a subword vocabulary needs 32-100000 pieces, got {vocab_size}",
+            f"a subword vocabulary needs 32-100000 pieces, got {cfg.vocab_size}",
         )
+    methods.check("method", cfg.method)
+    SOLVERS.check("solver", cfg.solver)
+    check_flow_solver(cfg.solver)
+    MODELS.check("model", cfg.model)
+    SCHEDULES.check("schedule", cfg.schedule)
+    if not 0 <= cfg.warmup < 1:
+        bad("warmup", f"must lie in [0, 1), got {cfg.warmup}")
+    check_seed(cfg.seed)
+    if methods[cfg.method].float64 and not cfg.x64:
+        bad("x64", "the flow needs float64 (tolerances near float32 epsilon)")
 
 
 #: The sequence data sets ``gflow train`` samples by name (any other ``--data`` is

@@ -6,8 +6,6 @@ from gflow.runs.text.config import OPTIMIZER_NAMES as OPTIMIZER_NAMES
 from gflow.runs.text.config import PAPER_QUERIES as PAPER_QUERIES
 from gflow.runs.text.config import TOKENIZER_NAMES as TOKENIZER_NAMES
 from gflow.runs.text.config import TextConfig as TextConfig
-from gflow.runs.text.job import text_facts as text_facts
-from gflow.runs.text.job import write_text_files as write_text_files
 from gflow.runs.text.job import write_text_run as write_text_run
 from gflow.runs.text.job import write_text_start as write_text_start
 from gflow.runs.text.job import TextJob as TextJob

@@ -12,15 +12,13 @@ from gflow.runs.config import (
     AbstractConfig,
     at_least,
     bad,
-    check_flow_solver,
-    check_seed,
     non_negative,
     positive,
     setting,
 )
 from gflow.runs.names import METHODS as _METHODS
 from gflow.runs.names import MODELS as _MODELS
-from gflow.runs.names import SCHEDULES, SOLVERS, check_tokenization
+from gflow.runs.names import SCHEDULES, SOLVERS, check_model_run
 from gflow.runs.names import TOKENIZERS as _TOKENIZERS
 from gflow.text.subword import KINDS, WHITESPACE, WHITESPACE_MODES
 
@@ -218,17 +216,12 @@ class TextConfig(AbstractConfig):
                 "give --corpus (a text file or folder, or a hub name), or --resume "
                 "RUN_DIR",
             )
-        check_tokenization(self.tokenizer, self.whitespace, self.vocab_size)
+        check_model_run(self, _METHODS)
         if self.tokenizer_file is not None:
             if self.tokenizer not in KINDS:
                 bad("tokenizer_file", "only for --tokenizer bpe or unigram")
             if not Path(self.tokenizer_file).is_file():
                 bad("tokenizer_file", f"{self.tokenizer_file!r} is not a file")
-        _METHODS.check("method", self.method)
-        SOLVERS.check("solver", self.solver)
-        check_flow_solver(self.solver)
-        _MODELS.check("model", self.model)
-        SCHEDULES.check("schedule", self.schedule)
         for name in ("vocab_size", "context", "windows", "d_model", "steps"):
             at_least(name, getattr(self, name), 1)
         for name in ("layers", "heads", "seeds", "topk"):
@@ -250,8 +243,6 @@ class TextConfig(AbstractConfig):
                 f"unknown {self.optimizer!r}; choose one of "
                 f"{', '.join(OPTIMIZER_NAMES)}",
             )
-        if not 0 <= self.warmup < 1:
-            bad("warmup", f"must lie in [0, 1), got {self.warmup}")
         if self.optimizer == "gd" and self.batch:
             bad(
                 "optimizer",
@@ -278,14 +269,11 @@ class TextConfig(AbstractConfig):
         }
         if refused := model.refused_parts(**parts):
             bad("model", f"{', '.join(refused)}: parts of --model transformer")
-        check_seed(self.seed)
         if self.seed + self.seeds > 2**32:
             bad(
                 "seeds",
                 f"seed + seeds - 1 = {self.seed + self.seeds - 1} must be below 2**32",
             )
-        if _METHODS[self.method].float64 and not self.x64:
-            bad("x64", "the flow needs float64 (tolerances near float32 epsilon)")
 
     @property
     def seed_list(self) -> tuple[int, ...]:

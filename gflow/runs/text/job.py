@@ -231,8 +231,7 @@ class TextJob(AbstractMembersJob[TextConfig]):
         process, the signal watch and a flow's progress (t, step, solver)."""
         cfg, strategies = plan.cfg, plan.strategies
         if context.processes is None:
-            method = strategies.method.watched(context.interrupt)
-            method = method if context.quiet else method.shown()
+            method = context.watched(strategies.method)
             strategies = dataclasses.replace(strategies, method=method)
         done, count = [], len(cfg.seed_list) * len(cfg.base_names)
 

@@ -9,13 +9,10 @@ from gflow.runs.train.config import TrainSweep as TrainSweep
 from gflow.runs.train.config import LATER_SETTINGS as LATER_SETTINGS
 from gflow.runs.train.job import TrainJob as TrainJob
 from gflow.runs.train.job import gather as gather
-from gflow.runs.train.job import run_members as run_members
-from gflow.runs.train.job import write_sweep_run as write_sweep_run
 from gflow.runs.train.run import TrainData as TrainData
 from gflow.runs.train.run import init_model as init_model
 from gflow.runs.train.run import prepare as prepare
 from gflow.runs.train.run import run_train as run_train
-from gflow.runs.train.run import write_train_run as write_train_run
 from gflow.runs.strategies import train_strategies as train_strategies
 
 __all__ = [

@@ -16,8 +16,6 @@ from gflow.runs.config import (
     ConfigError,
     at_least,
     bad,
-    check_flow_solver,
-    check_seed,
     non_negative,
     positive,
     setting,
@@ -31,7 +29,7 @@ from gflow.runs.names import (
     SOLVERS,
     TOKENIZERS,
     TRAINING,
-    check_tokenization,
+    check_model_run,
 )
 from gflow.text.corpus import PACKAGED_CORPORA
 from gflow.text.subword import WHITESPACE_MODES
@@ -174,6 +172,7 @@ class TrainConfig(AbstractConfig):
             settings.setdefault("heads", 1)
 
     def check(self):
+        check_model_run(self, TRAINING)
         for name in ("layers", "heads", "d_model", "seq_len", "eval_batch"):
             at_least(name, getattr(self, name), 1)
         at_least("batch", self.batch, 0)
@@ -186,11 +185,8 @@ class TrainConfig(AbstractConfig):
         if self.max_len is not None and self.max_len < self.seq_len:
             bad("max_len", f"must be >= seq_len = {self.seq_len}, got {self.max_len}")
         OPTIMIZERS.check("optimizer", self.optimizer)
-        SCHEDULES.check("schedule", self.schedule)
         for name in ("lr", "init_scale"):
             positive(name, getattr(self, name))
-        if not 0 <= self.warmup < 1:
-            bad("warmup", f"must lie in [0, 1), got {self.warmup}")
         if not 0 <= self.beta < 1:
             bad("beta", f"must lie in [0, 1), got {self.beta}")
         non_negative("weight_decay", self.weight_decay)
@@ -198,8 +194,6 @@ class TrainConfig(AbstractConfig):
         at_least("num_saves", self.num_saves, 2)
         at_least("segments", self.segments, 1)
         at_least("vocab_size", self.vocab_size, 2)
-        check_tokenization(self.tokenizer, self.whitespace, self.vocab_size)
-        check_seed(self.seed)
         at_least("states", self.states, 2)
         positive("alpha", self.alpha)
         if self.data in DATASETS:
@@ -235,9 +229,6 @@ class TrainConfig(AbstractConfig):
         return self.optimizer if self.batch else f"{self.optimizer} (full batch)"
 
     def _check_method(self) -> None:
-        TRAINING.check("method", self.method)
-        SOLVERS.check("solver", self.solver)
-        check_flow_solver(self.solver)
         for name in ("rtol", "atol"):
             positive(name, getattr(self, name))
         at_least("max_steps", self.max_steps, 1)
@@ -259,11 +250,8 @@ class TrainConfig(AbstractConfig):
                     f"{self.optimizer} has no full-batch loop; with --batch 0 use "
                     f"one of {', '.join(FULL_BATCH_OPTIMIZERS)}",
                 )
-        if method.float64 and not self.x64:
-            bad("x64", "the flow needs float64 (tolerances near float32 epsilon)")
 
     def _check_model(self) -> None:
-        MODELS.check("model", self.model)
         settings = dataclasses.asdict(self)
         refused = MODELS[self.model].refused_parts(**settings)
         if refused:

@@ -221,9 +221,7 @@ class TrainJob(AbstractMembersJob[TrainRun]):
                 bar.update(1)
 
         strategies = train_strategies(cfg)
-        method = strategies.method.watched(context.interrupt)
-        if not context.quiet:  # a flow shows its t, step size and solver
-            method = method.shown()
+        method = context.watched(strategies.method)
         strategies = dataclasses.replace(strategies, method=method)
         try:
             traj = train_run.run_train(
