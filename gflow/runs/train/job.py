@@ -8,8 +8,8 @@ batches and init. A member's segments are checkpointed in ``checkpoint/<name>/``
 so an interrupted sweep resumes losing only the segments that were running.
 
 Over P processes (``gflow.runs.job.AbstractMembersJob``) each process runs the
-members that ``deal`` gives it (``run_members``) and saves their segments in the
-shared ``checkpoint/``; process 0 then reads every member back from there
+members that ``deal`` gives it (``TrainJob.run_members``) and saves their segments
+in the shared ``checkpoint/``; process 0 then reads every member back from there
 (``gather``) and alone writes the files.
 A member is the same program, with the same inputs, on whichever process runs it,
 so its result does not depend on P.
@@ -47,31 +47,6 @@ def _data(member: TrainConfig, cache: dict) -> TrainData:
     return cache[key]
 
 
-def run_members(
-    cfg: TrainConfig,
-    sweep: TrainSweep,
-    run_dir,
-    mine: list[int] | None = None,
-    finished=None,
-) -> int:
-    """Train the members at the indices ``mine`` (default: every one) into
-    ``run_dir/checkpoint/<name>/``; returns how many segments were read back
-    instead of computed. ``finished(name, traj)`` is called after each member.
-    """
-    members = sweep.members(cfg)
-    cache: dict = {}
-    resumed = 0
-    for i in range(len(members)) if mine is None else mine:
-        name, member = members[i]
-        traj = train_run.run_train(
-            member, _data(member, cache), checkpoint_dir=_checkpoint(run_dir, name)
-        )
-        resumed += traj.stats["resumed_pieces"]
-        if finished is not None:
-            finished(name, traj)
-    return resumed
-
-
 def _checkpoint(run_dir, name: str) -> Path:
     return Path(run_dir) / "checkpoint" / name
 
@@ -98,25 +73,6 @@ def gather(
                 "directory on a filesystem that every process shares"
             ) from None
         out.append(Member(name, member.seed, member, data, traj))
-    return tuple(out)
-
-
-def write_sweep_run(run_dir, members: tuple[Member, ...]) -> tuple[Member, ...]:
-    """Every member's trajectory, stages.json and, for several seeds,
-    stages_summary.json; returns the members with their stages."""
-    out = []
-    for m in members:
-        found = write_train_run(
-            run_dir,
-            m.trajectory,
-            name=m.name,
-            stages_file=None,
-            unigram_loss=m.data.references.get("unigram_loss"),
-        )
-        out.append(dataclasses.replace(m, stages=StagesEntry(True, tuple(found))))
-    write_stages(
-        run_dir, {m.name: m.stages for m in out}, {m.name: m.seed for m in out}
-    )
     return tuple(out)
 
 
@@ -189,19 +145,26 @@ class TrainJob(AbstractMembersJob[TrainRun]):
         return self._run_one(plan, directory, context)
 
     def run_members(self, plan, directory, context, mine: list[int]) -> int:
-        done = []
-
-        def finished(name, traj):
-            done.append(name)
+        """Train the members at the indices ``mine`` into
+        ``checkpoint/<name>/``; returns how many segments were read back."""
+        members = plan.cfg.sweep.members(plan.cfg.base)
+        cache: dict = {}
+        resumed = 0
+        for done, i in enumerate(mine, 1):
+            name, member = members[i]
+            traj = train_run.run_train(
+                member,
+                _data(member, cache),
+                checkpoint_dir=_checkpoint(directory.path, name),
+            )
+            how = traj.stats["resumed_pieces"]
+            resumed += how
             if context.main and not context.quiet:
-                how = traj.stats["resumed_pieces"]
                 print(
-                    f"[{len(done)}] {name} {traj.status} ({how} segment(s) read back)",
+                    f"[{done}] {name} {traj.status} ({how} segment(s) read back)",
                     flush=True,
                 )
-
-        cfg = plan.cfg
-        return run_members(cfg.base, cfg.sweep, directory.path, mine, finished)
+        return resumed
 
     def read_members(self, plan, directory, owner, resumed) -> MembersResult:
         count = max(owner) + 1
@@ -238,16 +201,24 @@ class TrainJob(AbstractMembersJob[TrainRun]):
         return MembersResult(plan, runs, traj.stats["resumed_pieces"])
 
     def write(self, result: MembersResult, directory: RunDirectory) -> MembersResult:
-        if result.plan.cfg.sweep.is_sweep:
-            runs = write_sweep_run(directory.path, result.runs)
-            return dataclasses.replace(result, runs=runs)
-        (m,) = result.runs  # the layout of one run: train.json, a list of stages
-        unigram = m.data.references.get("unigram_loss")
-        found = write_train_run(directory.path, m.trajectory, unigram_loss=unigram)
-        stages = StagesEntry(True, tuple(found))
-        return dataclasses.replace(
-            result, runs=(dataclasses.replace(m, stages=stages),)
-        )
+        """Every member's trajectory and stages: for one run the layout of one run
+        (train.json, stages.json a list of stages), for a sweep stages.json of
+        every member and, for several seeds, stages_summary.json."""
+        one = not result.plan.cfg.sweep.is_sweep
+        runs = []
+        for m in result.runs:
+            found = write_train_run(
+                directory.path,
+                m.trajectory,
+                name=m.name,
+                stages_file="stages.json" if one else None,
+                unigram_loss=m.data.references.get("unigram_loss"),
+            )
+            runs.append(dataclasses.replace(m, stages=StagesEntry(True, tuple(found))))
+        if not one:
+            names = {m.name: m.stages for m in runs}
+            write_stages(directory.path, names, {m.name: m.seed for m in runs})
+        return dataclasses.replace(result, runs=tuple(runs))
 
     def summary(self, result: MembersResult) -> str:
         opt = result.plan.cfg.base.label
