@@ -43,6 +43,7 @@ a piece that holds any of the fields is verified in full.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -54,7 +55,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from gflow.runs.config import ConfigError
+from gflow.runs.config import AbstractConfig, ConfigError
 from gflow.runs.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,19 @@ def fingerprint(*trees, settings=None) -> str:
         h.update(repr(static).encode())
     h.update(json.dumps(settings, sort_keys=True, default=repr).encode())
     return h.hexdigest()[:16]
+
+
+def config_fingerprint(cfg: AbstractConfig, *trees, **extra) -> str:
+    """``fingerprint`` of ``trees`` and of the settings of ``cfg`` that change the
+    results, less those at their ``hashed_defaults`` (the settings that runs saved
+    earlier were hashed without), with ``extra`` (what else the pieces depend on)."""
+    old = cfg.hashed_defaults
+    settings = {
+        k: v
+        for k, v in dataclasses.asdict(cfg).items()
+        if k not in cfg.not_results and (k not in old or v != old[k])
+    }
+    return fingerprint(*trees, settings={**settings, **extra})
 
 
 def checksum(arrays: dict[str, np.ndarray]) -> str:

@@ -200,8 +200,9 @@ class AbstractConfig:
     sections: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: The one compatibility rule of saved checkpoints: setting -> the value that
     #: runs saved before the setting existed (or before its default changed)
-    #: computed with. A setting at that value is left out of
-    #: ``checkpoint_fingerprint``, so that such a run's pieces still resume.
+    #: computed with. A setting at that value is left out of a checkpoint's
+    #: fingerprint (``gflow.runs.checkpoint.config_fingerprint``), so that such a
+    #: run's pieces still resume.
     hashed_defaults: ClassVar[dict[str, Any]] = {}
 
     def __post_init__(self):
@@ -301,20 +302,6 @@ class AbstractConfig:
         two runs must share to compute the same thing."""
         data = {k: v for k, v in self.to_json().items() if k not in self.not_results}
         return json.dumps(data, sort_keys=True, default=str)
-
-    def checkpoint_fingerprint(self, *trees, **extra) -> str:
-        """The fingerprint (``gflow.runs.checkpoint.fingerprint``) of ``trees`` and
-        of the settings that change the results, less those at their
-        ``hashed_defaults``, with ``extra`` (what else the checkpoint depends on)."""
-        from gflow.runs.checkpoint import fingerprint
-
-        old = self.hashed_defaults
-        settings = {
-            k: v
-            for k, v in dataclasses.asdict(self).items()
-            if k not in self.not_results and (k not in old or v != old[k])
-        }
-        return fingerprint(*trees, settings={**settings, **extra})
 
     def fingerprint(self) -> str:
         """A hash of the settings that determine the results (``results_text``)."""

@@ -35,7 +35,7 @@ import optax
 
 from gflow.analysis.head_observables import HeadObservables
 from gflow.dynamics.trajectory import Trajectory
-from gflow.runs.checkpoint import PieceStore
+from gflow.runs.checkpoint import PieceStore, config_fingerprint
 from gflow.runs.files import to_json
 from gflow.runs.job import Member
 from gflow.runs.strategies import Strategies, text_strategies
@@ -138,9 +138,10 @@ HEAD_METRICS = {"sv_W_A": "head_sv_W_A"}
 
 
 def text_fingerprint(cfg, data) -> str:
-    """The hash of a text run's configuration (``TextConfig``: its
-    ``checkpoint_fingerprint``) and data (``TextData``)."""
-    return cfg.checkpoint_fingerprint(
+    """The hash of a text run's configuration (``TextConfig``, through
+    ``config_fingerprint``) and data (``TextData``)."""
+    return config_fingerprint(
+        cfg,
         np.asarray(data.sample),
         np.asarray(data.row_sample),
         vocab=list(data.vocab.tokens),

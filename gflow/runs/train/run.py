@@ -38,7 +38,7 @@ from gflow.dynamics.minibatch import minibatch_segment
 from gflow.dynamics.optimizers import AbstractOptimizer
 from gflow.dynamics.trajectory import Trajectory
 from gflow.problems.losses import SequenceLoss, sequence_loss
-from gflow.runs.checkpoint import STATUS, PieceStore, run_pieces
+from gflow.runs.checkpoint import STATUS, PieceStore, config_fingerprint, run_pieces
 from gflow.runs.files import write_json
 from gflow.runs.names import DATASETS
 from gflow.runs.strategies import Strategies, train_strategies
@@ -184,11 +184,11 @@ def run_train(
     eval_loss = SequenceLoss(data.eval_tokens)
     obs = HeadObservables.default(data.eval_tokens[:64], data.d_vocab)
     if cfg.minibatches:
-        fp = cfg.checkpoint_fingerprint(model, eval_loss, obs)
+        fp = config_fingerprint(cfg, model, eval_loss, obs)
         compute = _minibatch_pieces(cfg, data, model, eval_loss, obs, strategies)
         count = cfg.segments
     else:
-        fp = cfg.checkpoint_fingerprint(model, eval_loss, obs, data.fixed_loss)
+        fp = config_fingerprint(cfg, model, eval_loss, obs, data.fixed_loss)
         compute = _fixed_piece(data, model, eval_loss, obs, strategies.method)
         count = 1
 
