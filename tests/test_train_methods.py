@@ -284,3 +284,32 @@ def test_the_attention_models_causal_logits_are_its_outputs_on_each_prefix(resid
     want = -jnp.mean(logp[jnp.arange(5), tokens[0, 1:]])
     got = gflow.sequence_loss(model, tokens, all_positions=True)
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _add_one_unigram_loss(tokens, d_vocab):
+    """The probe's unigram loss written out in numpy: counts of the context
+    tokens plus one, normalised; the mean surprisal of the last tokens."""
+    tokens = np.asarray(tokens)
+    counts = np.bincount(tokens[:, :-1].ravel(), minlength=d_vocab) + 1.0
+    return float(-np.mean(np.log(counts / counts.sum())[tokens[:, -1]]))
+
+
+def test_the_gate_reference_is_the_held_out_samples_own_unigram_loss(tmp_path):
+    """``prepare`` gives the stage rules' information gate the held-out sample's
+    own add-one unigram loss (the monitor's reference), on a named data set and
+    on a text corpus; the training distribution's entropy (``unigram_loss``)
+    differs from it by the sample's composition.
+
+    Catches the gate read against the training distribution's entropy again
+    (docs/stage_rules.md: 0.07 nats on the chain's 128-token probe)."""
+    cfg = TrainConfig(**SMALL, steps=6, num_saves=2)
+    data = prepare(cfg)
+    want = _add_one_unigram_loss(data.eval_tokens, data.d_vocab)
+    assert data.references["probe_unigram_loss"] == pytest.approx(want, rel=1e-6)
+    assert abs(want - data.references["unigram_loss"]) > 1e-3
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat and the dog sat on the log. " * 40)
+    text = prepare(TrainConfig(**SMALL, steps=6, num_saves=2, data=str(corpus)))
+    want = _add_one_unigram_loss(text.eval_tokens, text.d_vocab)
+    assert text.references["probe_unigram_loss"] == pytest.approx(want, rel=1e-6)

@@ -210,3 +210,15 @@ class HeadObservables(eqx.Module):
                 ]
             )
         return out
+
+
+def probe_unigram_loss(tokens, d_vocab: int) -> Float[Array, ""]:
+    """Cross-entropy of the last tokens under the add-one smoothed frequencies of
+    the context tokens ``tokens[:, :-1]`` (the unigram predictor of the probe):
+    the reference of the stage rules' information gate (``unigram_gap`` is a
+    loss on the same last tokens minus this), read on the probe itself, since
+    the targets' own composition moves a held-out loss by more than the gate."""
+    tokens = jnp.asarray(tokens)
+    counts = jnp.bincount(tokens[:, :-1].ravel(), length=d_vocab) + 1.0
+    logp = jnp.log(counts / jnp.sum(counts))
+    return -jnp.mean(logp[tokens[:, -1]])

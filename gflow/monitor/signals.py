@@ -21,8 +21,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from gflow.analysis.attending import Attending, attention_rows
-from gflow.analysis.head_observables import HeadObservables
+from gflow.analysis.head_observables import HeadObservables, probe_unigram_loss
 from gflow.monitor.reduce import reduce_attention
+
+__all__ = ["probe_loss", "probe_signals", "probe_unigram_loss"]
 
 
 def probe_loss(model: Attending, tokens) -> Float[Array, ""]:
@@ -30,14 +32,6 @@ def probe_loss(model: Attending, tokens) -> Float[Array, ""]:
     logits = jax.vmap(model)(tokens[:, :-1])  # [b, d]
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, tokens[:, -1:], axis=-1))
-
-
-def probe_unigram_loss(tokens, d_vocab: int) -> Float[Array, ""]:
-    """Cross-entropy of the last tokens under the add-one smoothed frequencies of
-    the context tokens ``tokens[:, :-1]`` (the unigram predictor of the probe)."""
-    counts = jnp.bincount(tokens[:, :-1].ravel(), length=d_vocab) + 1.0
-    logp = jnp.log(counts / jnp.sum(counts))
-    return -jnp.mean(logp[tokens[:, -1]])
 
 
 @eqx.filter_jit

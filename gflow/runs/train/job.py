@@ -212,7 +212,7 @@ class TrainJob(AbstractMembersJob[TrainRun]):
                 m.trajectory,
                 name=m.name,
                 stages_file="stages.json" if one else None,
-                unigram_loss=m.data.references.get("unigram_loss"),
+                unigram_loss=m.data.references.get("probe_unigram_loss"),
             )
             runs.append(dataclasses.replace(m, stages=StagesEntry(True, tuple(found))))
         if not one:

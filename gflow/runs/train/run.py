@@ -31,7 +31,7 @@ import numpy as np
 import optax
 from jaxtyping import Array
 
-from gflow.analysis.head_observables import HeadObservables
+from gflow.analysis.head_observables import HeadObservables, probe_unigram_loss
 from gflow.analysis.head_stages import HeadStage, detect_head_stages
 from gflow.array_types import LossFn, Model
 from gflow.dynamics.minibatch import minibatch_segment
@@ -64,7 +64,9 @@ class TrainData:
     d_vocab: int
     stream: object  # key -> tokens [batch, seq_len + 1]
     eval_tokens: np.ndarray  # int32 [eval_batch, seq_len + 1]
-    references: dict  # unigram and Bayes losses where known
+    #: unigram and Bayes losses where known, and ``probe_unigram_loss``: the
+    #: held-out sample's own unigram loss, the stage rules' gate reference
+    references: dict
     vocab: Vocabulary | None = None
     tokenizer: SubwordTokenizer | None = None  # a trained subword tokeniser
     source: AbstractSource | None = None  # a named sequence data set
@@ -86,6 +88,7 @@ def prepare(cfg: TrainConfig, strategies: Strategies | None = None) -> TrainData
         source = DATASETS.build(cfg.data, **dataclasses.asdict(cfg))
         sample = source.sample(key=key, batch=cfg.eval_batch, length=length)
         refs = source.references(length, key=jax.random.fold_in(key, 1))
+        refs["probe_unigram_loss"] = float(probe_unigram_loss(sample, source.d_vocab))
         data = TrainData(
             source.d_vocab,
             source.stream(batch=batch, length=length),
@@ -104,7 +107,10 @@ def prepare(cfg: TrainConfig, strategies: Strategies | None = None) -> TrainData
         stream = WindowStream(ids, length=cfg.seq_len, batch=batch)
         freq = np.asarray(vocab.frequencies)
         unigram = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
-        refs = {"unigram_loss": unigram}
+        refs = {
+            "unigram_loss": unigram,
+            "probe_unigram_loss": float(probe_unigram_loss(sample, len(vocab))),
+        }
         data = TrainData(len(vocab), stream, sample, refs, vocab, subword)
     if cfg.minibatches:
         return data
@@ -345,7 +351,9 @@ def write_train_run(
     """The trajectory files ``<name>*`` and ``stages_file`` (per-head stages; None:
     not written); the stages found. With ``unigram_loss`` the stage rules read the
     held-out ``loss`` minus it as ``unigram_gap`` (their information gate,
-    docs/stage_rules.md); the files keep the trajectory as it is."""
+    docs/stage_rules.md): the held-out sample's own unigram loss
+    (``probe_unigram_loss``), as the monitor reads it; the files keep the
+    trajectory as it is."""
     run_dir = Path(run_dir)
     save_trajectory(run_dir, traj, name=name)
     seen = traj
