@@ -143,3 +143,56 @@ def test_models_without_an_invariant_block_are_refused():
                 d_vocab=4, d_model=4, key=key, n_layers=2, residual=True, layernorm=True
             )
         )
+
+
+def test_layernorm_sigmas_are_the_spreads_each_layernorm_reads():
+    """An independent recomputation: every LayerNorm of the model replaced by one
+    that records the spread of its input (run eagerly, so the recording is a
+    Python side effect), the model run on each context; per LayerNorm the
+    smallest recorded spread over contexts and positions (the final LayerNorm's
+    at the last position only) is the function's entry, and
+    ``smallest_layernorm_sigma`` their minimum.
+
+    Catches a LayerNorm left out or read on the wrong stream (the MLP's reads the
+    stream after attention), the final LayerNorm read at every position, and the
+    spread taken over the wrong axis."""
+    from gflow.analysis import layernorm_sigmas, smallest_layernorm_sigma
+    from gflow.problems.transformer import LayerNorm
+
+    seen = []
+
+    class Recording(LayerNorm):
+        def __call__(self, x):
+            seen.append(np.sqrt(np.var(np.asarray(x), axis=-1)))
+            return super().__call__(x)
+
+    model = next(m for name, m in _models() if name == "residual")
+    model = eqx.tree_at(lambda m: m.W_E, model, model.W_E * 1e-2)  # small spreads
+    lns = lambda m: (
+        [  # noqa: E731
+            ln for b in m.blocks for ln in (b.ln_attn, b.ln_mlp) if ln is not None
+        ]
+        + [m.ln_final]
+    )
+    recording = eqx.tree_at(
+        lns, model, [Recording(ln.gain, ln.bias, eps=ln.eps) for ln in lns(model)]
+    )
+    contexts = _tokens()[:, :-1]
+    want = np.full(3, np.inf)
+    for context in contexts:
+        seen.clear()
+        recording._stream(jnp.asarray(context))
+        # the attention's LayerNorm is read twice (weights, values), the MLP's
+        # once, the final one once
+        attn, attn_again, mlp, final = seen
+        np.testing.assert_array_equal(attn, attn_again)
+        now = [np.min(attn), np.min(mlp), final[-1]]
+        want = np.minimum(want, now)
+    got = np.asarray(layernorm_sigmas(model, contexts))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert float(smallest_layernorm_sigma(model, contexts)) == pytest.approx(
+        want.min(), rel=1e-6
+    )
+    plain = Transformer.init(d_vocab=4, d_model=4, n_heads=2, key=jax.random.key(1))
+    assert layernorm_sigmas(plain, contexts).shape == (0,)
+    assert float(smallest_layernorm_sigma(plain, contexts)) == np.inf

@@ -74,6 +74,10 @@ from gflow.analysis.asymmetry import tangent_basis as tangent_basis
 
 # Scale invariance past LayerNorm
 from gflow.analysis.scale_invariance import layernorm_eps_zero as layernorm_eps_zero
+from gflow.analysis.scale_invariance import layernorm_sigmas as layernorm_sigmas
+from gflow.analysis.scale_invariance import (
+    smallest_layernorm_sigma as smallest_layernorm_sigma,
+)
 from gflow.analysis.scale_invariance import (
     scale_invariant_mask as scale_invariant_mask,
 )

@@ -31,7 +31,13 @@ from jaxtyping import Array, Float, PyTree
 
 from gflow.problems.transformer import Transformer
 
-__all__ = ["scale_invariant_mask", "scale_invariant_norm", "layernorm_eps_zero"]
+__all__ = [
+    "scale_invariant_mask",
+    "scale_invariant_norm",
+    "layernorm_eps_zero",
+    "layernorm_sigmas",
+    "smallest_layernorm_sigma",
+]
 
 
 def scale_invariant_mask(model: Transformer) -> PyTree:
@@ -98,3 +104,46 @@ def layernorm_eps_zero(model: Transformer) -> Transformer:
         model,
         [type(ln)(ln.gain, ln.bias, eps=0.0) for ln in where],
     )
+
+
+def layernorm_sigmas(model: Transformer, contexts) -> Float[Array, " n"]:
+    """The smallest spread σ (the standard deviation over the width, which a
+    LayerNorm divides by as sqrt(σ² + eps)) of each LayerNorm's input of
+    ``model`` over the int contexts [b, s], in the model's order: each block's
+    attention LayerNorm, then its MLP's (where it has one), at every position;
+    last the final LayerNorm at the last position (the only one the
+    last-position loss reads). Where σ falls below sqrt(eps) the LayerNorm is
+    nearly linear and its Hessian grows like 1/(σ² + eps): the stiffness of the
+    pre-LN flow (docs/integrators.md). Empty for a model without LayerNorm."""
+    if not isinstance(model, Transformer):
+        raise TypeError(f"expected a gflow Transformer, got {type(model).__name__}")
+    if model.ln_final is None:
+        return jnp.zeros((0,))
+
+    def spread(x):
+        return jnp.sqrt(jnp.var(x, axis=-1))
+
+    def one(context):
+        x = model.W_E[context]
+        if model.W_pos is not None:
+            x = x + model.W_pos[: context.shape[0]]
+        sig = []
+        for block in model.blocks:
+            if block.ln_attn is not None:
+                sig.append(jnp.min(spread(x)))
+            if block.ln_mlp is not None:  # the stream the MLP's LayerNorm reads
+                attn_only = eqx.tree_at(lambda b: b.mlp, block, None)
+                mid, _ = attn_only(x, model.tau, model.residual)
+                sig.append(jnp.min(spread(mid)))
+            x, _ = block(x, model.tau, model.residual)
+        sig.append(spread(x[-1]))
+        return jnp.stack(sig)
+
+    return jnp.min(jax.vmap(one)(jnp.asarray(contexts)), axis=0)
+
+
+def smallest_layernorm_sigma(model: Transformer, contexts) -> Float[Array, ""]:
+    """The smallest of ``layernorm_sigmas``: the smallest spread any LayerNorm of
+    ``model`` reads on ``contexts``; inf for a model without LayerNorm."""
+    sig = layernorm_sigmas(model, contexts)
+    return jnp.min(sig) if sig.size else jnp.asarray(jnp.inf)
