@@ -64,7 +64,7 @@ def test_third_derivatives_equal_finite_differences():
     rng = np.random.default_rng(2)
     w = jnp.asarray(rng.normal(size=7))
     U = jnp.asarray(np.linalg.qr(rng.normal(size=(7, 2)))[0])
-    T = third_derivatives(f, w, U)
+    T = jax.jit(lambda w: third_derivatives(f, w, U))(w)  # compiled, as in a solve
 
     @jax.jit
     def quad(x, i, j):
@@ -83,8 +83,9 @@ def test_complementarity_one_eigenvalue_is_the_closed_form():
     # k = 1: x = max(0, b / a) with a = ½ ⟨T, T⟩
     G = jnp.full((1, 1, 1, 1), 4.0)
     one = jnp.ones((1, 1))
+    solve = jax.jit(solve_complementarity, static_argnums=4)  # one program for both
     for b, expected in [(3.0, 1.5), (-3.0, 0.0)]:
-        X = solve_complementarity(G, jnp.full((1, 1), b), one, 0 * one, 200)
+        X = solve(G, jnp.full((1, 1), b), one, 0 * one, 200)
         np.testing.assert_allclose(X, [[expected]], atol=1e-12)
 
 
@@ -95,7 +96,9 @@ def test_complementarity_conditions_hold_for_two_eigenvalues():
     flat = T.reshape(4, -1)
     G = jnp.asarray((flat @ flat.T).reshape(2, 2, 2, 2))
     b = jnp.asarray([[1.0, 0.3], [0.3, -0.2]])
-    X = solve_complementarity(G, b, jnp.ones((2, 2)), jnp.zeros((2, 2)), 3000)
+    X = jax.jit(solve_complementarity, static_argnums=4)(
+        G, b, jnp.ones((2, 2)), jnp.zeros((2, 2)), 3000
+    )
     S = (0.5 * G.reshape(4, 4) @ X.reshape(-1)).reshape(2, 2) - b
     assert np.linalg.eigvalsh(np.asarray(X)).min() > -1e-10
     assert np.linalg.eigvalsh(np.asarray(S)).min() > -1e-8
@@ -118,7 +121,9 @@ def test_the_central_velocity_of_a_cubic_is_its_closed_form():
     grad, lam = a * -0.3 + c * 0.09 / 2, a + c * -0.3
     cfg = CentralFlowReference(qp_iters=400)
     U, X = jnp.ones((1, 1)), jnp.zeros((1, 1))
-    v, _, lam_got, X_got, extra = central_velocity(cfg, f, w, U, X, 1.0)  # edge 2
+    # one compiled program for both step sizes (lr traced), as inside a solve
+    velocity = jax.jit(lambda lr: central_velocity(cfg, f, w, U, X, lr))
+    v, _, lam_got, X_got, extra = velocity(1.0)  # edge 2
     np.testing.assert_allclose(lam_got, [lam], rtol=1e-12)
     np.testing.assert_allclose(v, [-grad], rtol=1e-12)
     assert float(X_got[0, 0]) == 0.0 and float(extra) == 0.0
@@ -127,7 +132,7 @@ def test_the_central_velocity_of_a_cubic_is_its_closed_form():
     b = -c * grad + (cfg.restore / lr) * (lam - edge)
     x = max(0.0, b / (c * c / 2))
     assert x > 0.1  # the constraint is active
-    v, _, _, X_got, extra = central_velocity(cfg, f, w, U, X, lr)
+    v, _, _, X_got, extra = velocity(lr)
     np.testing.assert_allclose(X_got, [[x]], rtol=1e-9)
     np.testing.assert_allclose(v, [-grad - x * c / 2], rtol=1e-9)
     np.testing.assert_allclose(extra, x * lam / 2, rtol=1e-9)
@@ -137,7 +142,9 @@ def test_an_inactive_eigenvalue_gets_no_covariance():
     G = jnp.eye(4).reshape(2, 2, 2, 2)
     b = jnp.asarray([[1.0, 0.5], [0.5, 1.0]])
     mask = jnp.asarray([[1.0, 0.0], [0.0, 0.0]])
-    X = solve_complementarity(G, b * mask, mask, jnp.zeros((2, 2)), 500)
+    X = jax.jit(solve_complementarity, static_argnums=4)(
+        G, b * mask, mask, jnp.zeros((2, 2)), 500
+    )
     np.testing.assert_allclose(X, [[2.0, 0.0], [0.0, 0.0]], atol=1e-10)
 
 

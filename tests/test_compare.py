@@ -1,5 +1,6 @@
 import dataclasses
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,13 +31,18 @@ def setup():
 
 
 def _stack(models):
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *models)
+    # numpy leaves, as a solve saves them (stacked without a compile per length)
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *models)
+
+
+#: a loss's value, compiled once per model shape rather than run op by op
+_value = eqx.filter_jit(lambda loss, model: loss(model))
 
 
 def _traj(t, models, loss):
     return Trajectory(
         t=np.asarray(t, float),
-        metrics={"loss": np.array([float(loss(m)) for m in models])},
+        metrics={"loss": np.array([float(_value(loss, m)) for m in models])},
         final=models[-1],
         params=_stack(models),
     )
@@ -54,10 +60,11 @@ def test_departure_time():
 def test_modified_loss_value(setup):
     _, loss, model = setup
     eta = 0.3
-    expected = float(loss(model)) + eta / 4 * float(gradient_norm(loss, model)) ** 2
-    assert float(ModifiedLoss(loss, jnp.asarray(eta))(model)) == pytest.approx(
-        expected, rel=1e-12
-    )
+    # the reference and the modified loss, each compiled (not run op by op)
+    value, norm = eqx.filter_jit(lambda m: (loss(m), gradient_norm(loss, m)))(model)
+    expected = float(value) + eta / 4 * float(norm) ** 2
+    modified = eqx.filter_jit(ModifiedLoss(loss, jnp.asarray(eta)))(model)
+    assert float(modified) == pytest.approx(expected, rel=1e-12)
 
 
 def test_compare_known_shift(setup):
@@ -175,12 +182,13 @@ def test_richardson_at_second_order_on_uneven_grids(setup):
     sweep's padded reference is); times off by 1e-7 relative do not match.
     """
     _, loss, model = setup
-    c = jnp.arange(model.W_E.size, dtype=float).reshape(model.W_E.shape) / 10
+    c = np.arange(model.W_E.size, dtype=float).reshape(model.W_E.shape) / 10
+    W_E = np.asarray(model.W_E)
 
     def shifted(times, eta, jitter=0.0):
         t = np.asarray(times, float) * (1 + jitter)
         models = [
-            dataclasses.replace(model, W_E=model.W_E * (1 + ti) + eta**2 * c)
+            dataclasses.replace(model, W_E=jnp.asarray(W_E * (1 + ti) + eta**2 * c))
             for ti in np.asarray(times, float)
         ]
         return dataclasses.replace(_traj(t, models, loss), info={"lr": eta})
@@ -196,7 +204,7 @@ def test_richardson_at_second_order_on_uneven_grids(setup):
     }
     # at first order w = 1/2, which leaves an error of η_b² + (η_b² - η_a²)/2
     first = richardson(a, b, ref, order=1.0)["error"]
-    assert first == pytest.approx(abs(0.01 - 0.04) * float(jnp.linalg.norm(c)), 1e-9)
+    assert first == pytest.approx(abs(0.01 - 0.04) * float(np.linalg.norm(c)), 1e-9)
     # times that differ by 1e-7 relative are not the same times
     late = shifted(np.arange(7) * 0.1, 0.1, jitter=1e-7)
     assert richardson(a, late, ref, order=2.0)["times"] == 1  # t = 0 alone
@@ -218,9 +226,9 @@ def test_sharpness_matches_dense_hessian(setup, key):
     other = jax.tree.map(lambda x: 1.3 * x if eqx_is_float(x) else x, model)
     traj = _traj([0.0, 1.0], [model, other], loss)
     lam = sharpness_along(loss, traj, key=key, iters=60)
+    hessian = eqx.filter_jit(dense_hessian)  # one program for both models
     dense = [
-        np.linalg.eigvalsh(np.asarray(dense_hessian(loss, m)))[-1]
-        for m in (model, other)
+        np.linalg.eigvalsh(np.asarray(hessian(loss, m)))[-1] for m in (model, other)
     ]
     np.testing.assert_allclose(lam, dense, rtol=1e-8)
 

@@ -37,14 +37,19 @@ def test_value_gradient_and_hvp_match_the_plain_form(rows):
     def plain(h, w):
         return _plain(h, w, target)
 
-    np.testing.assert_allclose(jax.jit(blocked)(h, w), plain(h, w), rtol=1e-14)
-    g_b = jax.jit(jax.grad(blocked, (0, 1)))(h, w)
-    g_p = jax.grad(plain, (0, 1))(h, w)
+    v = (0.3 * h, -0.7 * w)
+
+    def value_grad_hvp(f):  # the three, in one compiled program per form
+        def all_three(h, w):
+            hv = jax.jvp(jax.grad(f, (0, 1)), (h, w), v)[1]
+            return f(h, w), jax.grad(f, (0, 1))(h, w), hv
+
+        return jax.jit(all_three)(h, w)
+
+    (l_b, g_b, hv_b), (l_p, g_p, hv_p) = map(value_grad_hvp, (blocked, plain))
+    np.testing.assert_allclose(l_b, l_p, rtol=1e-14)
     for a, b in zip(g_b, g_p):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
-    v = (0.3 * h, -0.7 * w)
-    hv_b = jax.jit(lambda h, w: jax.jvp(jax.grad(blocked, (0, 1)), (h, w), v)[1])(h, w)
-    hv_p = jax.jvp(jax.grad(plain, (0, 1)), (h, w), v)[1]
     for a, b in zip(hv_b, hv_p):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-14)
 
@@ -60,9 +65,10 @@ def test_gradient_matches_central_differences():
         return head_cross_entropy(h + s * dh, w + s * dw, target, rows=4)
 
     fd = (f(eps) - f(-eps)) / (2 * eps)
-    g_h, g_w = jax.grad(lambda a, b: head_cross_entropy(a, b, target, rows=4), (0, 1))(
-        h, w
+    grad = jax.jit(
+        jax.grad(lambda a, b: head_cross_entropy(a, b, target, rows=4), (0, 1))
     )
+    g_h, g_w = grad(h, w)
     np.testing.assert_allclose(
         float(jnp.vdot(g_h, dh) + jnp.vdot(g_w, dw)), float(fd), rtol=1e-8
     )
@@ -103,9 +109,12 @@ def test_sequence_loss_takes_the_blocked_form_at_text_vocabularies(monkeypatch):
     np.testing.assert_allclose(blocked[0], plain[0], rtol=1e-14)
     for a, b in zip(jax.tree.leaves(blocked[1]), jax.tree.leaves(plain[1])):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-15)
-    # the features are the logits before W_P
+    # the features are the logits before W_P (one compiled program for both)
     ctx = jnp.asarray(tokens[0, :-1])
-    np.testing.assert_allclose(model.features(ctx) @ model.W_P, model(ctx), rtol=1e-14)
+    features, logits = eqx.filter_jit(lambda m, c: (m.features(c) @ m.W_P, m(c)))(
+        model, ctx
+    )
+    np.testing.assert_allclose(features, logits, rtol=1e-14)
 
 
 def test_text_loss_of_the_positional_model_takes_the_blocked_form():
@@ -126,16 +135,17 @@ def test_text_loss_of_the_positional_model_takes_the_blocked_form():
     # the blocked pass is a custom JVP; the plain form has none
     assert "custom_jvp_call" in str(jax.make_jaxpr(blocked)(params))
     assert "custom_jvp_call" not in str(jax.make_jaxpr(plain)(params))
-    np.testing.assert_allclose(
-        jax.jit(blocked)(params), jax.jit(plain)(params), rtol=1e-14
-    )
-    g_b, g_p = jax.jit(jax.grad(blocked))(params), jax.jit(jax.grad(plain))(params)
+    # value and gradient in one compiled program per form
+    l_b, g_b = jax.jit(jax.value_and_grad(blocked))(params)
+    l_p, g_p = jax.jit(jax.value_and_grad(plain))(params)
+    np.testing.assert_allclose(l_b, l_p, rtol=1e-14)
     for a, b in zip(jax.tree.leaves(g_b), jax.tree.leaves(g_p)):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-15)
     ctx = tokens[0, :-1]
-    np.testing.assert_allclose(
-        model.features(ctx) @ model.base.W_P, model(ctx), rtol=1e-14
+    features, logits = eqx.filter_jit(lambda m, c: (m.features(c) @ m.base.W_P, m(c)))(
+        model, ctx
     )
+    np.testing.assert_allclose(features, logits, rtol=1e-14)
 
 
 def _plain_logits(logits, target):

@@ -79,7 +79,7 @@ def test_stage_observables_at_the_origin_of_attention():
     W_E = 3.0 * np.outer(PI, u)  # rank one along π
     W_P = np.outer(u, np.ones(4)) * 0.1
     model = _model(W_E, np.zeros((m, m)), 2 * np.eye(m), W_P)
-    obs = StageObservables(chain)(model)
+    obs = eqx.filter_jit(StageObservables(chain))(model)  # as inside a solve
     np.testing.assert_allclose(obs["attention"], np.tile(PI, (4, 1)), atol=1e-12)
     np.testing.assert_allclose(obs["attention_on_top"], PI[0], atol=1e-12)
     h = float(entropy(jnp.asarray(PI)))
@@ -91,7 +91,7 @@ def test_stage_observables_at_the_origin_of_attention():
     assert float(obs["norm_W_A"]) == 0.0
     np.testing.assert_allclose(obs["sv_W_E"][0], 3 * np.linalg.norm(PI))
     np.testing.assert_allclose(obs["coords"][:, 0], 3 * PI, atol=1e-12)
-    loss = float(population_loss(model, chain))
+    loss = float(eqx.filter_jit(population_loss)(model, chain))
     assert float(obs["unigram_gap"]) == pytest.approx(loss - chain.unigram_loss)
     assert float(obs["bayes_gap"]) == pytest.approx(loss - chain.bayes_loss)
 
@@ -103,7 +103,7 @@ def test_stage_observables_zero_model_gaps_and_phi_alignment():
     u[0] = 1.0
     # Φ = W_E W_Q W_Kᵀ W_Eᵀ = ππᵀ for W_E = π uᵀ, W_Q = W_K = u uᵀ.
     model = _model(np.outer(PI, u), np.outer(u, u), np.outer(u, u), np.zeros((m, 4)))
-    obs = StageObservables(chain)(model)
+    obs = eqx.filter_jit(StageObservables(chain))(model)
     assert float(obs["cos_Phi_pipi"]) == pytest.approx(1.0)
     # W_P = 0: logits are zero, the loss is log d.
     assert float(obs["unigram_gap"]) == pytest.approx(np.log(4) - chain.unigram_loss)
@@ -139,10 +139,11 @@ def test_stage_observables_inside_jit_through_evaluate_metrics(key):
     assert out["attention"].shape == (4, 4)
     np.testing.assert_allclose(np.sum(out["attention"], -1), 1.0)
     # |∇L| from evaluate_metrics matches a finite-difference directional derivative.
-    g = eqx.filter_grad(loss_fn)(model)
+    g = eqx.filter_jit(eqx.filter_grad(loss_fn))(model)
     h = 1e-6
     shifted = jax.tree.map(lambda p, d: p + h * d, model, g)
-    fd = (loss_fn(shifted) - loss_fn(model)) / h
+    loss = eqx.filter_jit(loss_fn)  # one program for both values
+    fd = (loss(shifted) - loss(model)) / h
     assert float(out["grad_norm"]) ** 2 == pytest.approx(float(fd), rel=1e-4)
 
 

@@ -1,9 +1,13 @@
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from gflow import AttentionModel, MarkovChain, PopulationLoss
 from gflow.analysis import dense_hessian, extreme_eigenpairs, flatten, hvp, lanczos
+
+#: the dense Hessian, compiled once (both tests take it at the same model)
+_dense_hessian = eqx.filter_jit(dense_hessian)
 
 
 def _setup():
@@ -16,7 +20,7 @@ def _setup():
 
 def test_lanczos_matches_dense_eigensolver():
     loss, model = _setup()
-    H = np.asarray(dense_hessian(loss, model))
+    H = np.asarray(_dense_hessian(loss, model))
     n = H.shape[0]
     assert n == 3 * 3 + 3 * 3 * 2 + 3 * 3
     exact = np.linalg.eigvalsh(H)
@@ -29,9 +33,10 @@ def test_lanczos_matches_dense_eigensolver():
 
 def test_hvp_matches_dense_hessian():
     loss, model = _setup()
-    H = np.asarray(dense_hessian(loss, model))
+    H = np.asarray(_dense_hessian(loss, model))
     v = np.random.default_rng(0).normal(size=H.shape[0])
-    np.testing.assert_allclose(hvp(loss, model, jnp.asarray(v)), H @ v, rtol=1e-10)
+    Hv = eqx.filter_jit(hvp)(loss, model, jnp.asarray(v))
+    np.testing.assert_allclose(Hv, H @ v, rtol=1e-10)
 
 
 def test_lanczos_on_a_known_spectrum():
@@ -39,7 +44,8 @@ def test_lanczos_on_a_known_spectrum():
     Q, _ = np.linalg.qr(rng.normal(size=(50, 50)))
     lam = np.linspace(-1.0, 10.0, 50)
     A = jnp.asarray(Q @ np.diag(lam) @ Q.T)
-    evals, _ = lanczos(lambda v: A @ v, jnp.ones(50), 30)
+    # compiled once, not run op by op
+    evals, _ = jax.jit(lambda v0: lanczos(lambda v: A @ v, v0, 30))(jnp.ones(50))
     assert abs(float(evals[-1]) - 10.0) < 1e-8
     assert abs(float(evals[0]) + 1.0) < 1e-6
 

@@ -11,6 +11,7 @@ Dirichlet-multinomial marginal of the library is not used.
 import itertools
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,10 +60,13 @@ def test_strategy_losses_match_the_integral_over_the_dirichlet_prior(alpha):
     task = InContextMarkov(states=2, alpha=alpha)
     seqs, prob = _integrated(alpha, length)
     assert prob.sum() == pytest.approx(1.0, abs=1e-12)
-    # the library's marginal equals the integral, sequence by sequence
-    marginal = np.asarray(task.sequence_probability(jnp.asarray(seqs)))
+    # the library's marginal equals the integral, sequence by sequence (both
+    # compiled in one program rather than run op by op)
+    marginal, q = eqx.filter_jit(
+        lambda t, x: (t.sequence_probability(x), t.strategy_probabilities(x))
+    )(task, jnp.asarray(seqs))
     np.testing.assert_allclose(marginal, prob, rtol=1e-10)
-    q = np.asarray(task.strategy_probabilities(jnp.asarray(seqs)))[:, :, :-1]
+    q = np.asarray(q)[:, :, :-1]
     loss = -np.log(np.take_along_axis(q, seqs[None, :, 1:, None], -1)[..., 0])
     mean = np.einsum("n,gn->g", prob, loss.mean(-1))
     last = np.einsum("n,gn->g", prob, loss[:, :, -1])
@@ -115,7 +119,8 @@ def test_monte_carlo_agrees_with_the_enumeration():
 def test_strategy_probabilities_by_hand():
     task = InContextMarkov(states=3, alpha=0.5)
     x = jnp.array([[0, 1, 0, 1, 2]], dtype=jnp.int32)
-    q = np.asarray(task.strategy_probabilities(x))[:, 0]
+    q = eqx.filter_jit(lambda t, x: t.strategy_probabilities(x))(task, x)
+    q = np.asarray(q)[:, 0]
     # after x_0..x_3 = 0 1 0 1: counts (2, 2, 0) of 4; transitions out of 1: {1→0}
     np.testing.assert_allclose(q[0, 3], [1 / 3] * 3)
     np.testing.assert_allclose(q[1, 3], [2.5 / 5.5, 2.5 / 5.5, 0.5 / 5.5])
@@ -149,20 +154,23 @@ def test_sample_is_a_markov_chain_of_its_own_matrix():
 def test_strategy_distances_vanish_on_the_strategy_itself():
     task = InContextMarkov(states=3, alpha=1.0)
     tokens = jnp.asarray(np.random.default_rng(1).integers(0, 3, (8, 30)), jnp.int32)
-    q = task.strategy_probabilities(tokens)
+    # compiled once each, rather than run op by op; the references in numpy
+    q = np.asarray(
+        eqx.filter_jit(lambda t, x: t.strategy_probabilities(x))(task, tokens)
+    )
     for g, name in enumerate(STRATEGIES):
         d = strategy_distances(task, jnp.log(q[g]), tokens)
         assert isinstance(d, StrategyDistances)
         assert getattr(d, name) == pytest.approx(0.0, abs=1e-12)
         others = [v for i, v in enumerate(d.as_tuple()) if i != g]
         assert min(others) > 1e-3
-        target = jax.nn.one_hot(tokens[:, 1:], 3)
-        loss = -(target * jnp.log(q[g][:, :-1])).sum(-1).mean()
+        target = np.eye(3)[np.asarray(tokens)[:, 1:]]  # one-hot
+        loss = -(target * np.log(q[g][:, :-1])).sum(-1).mean()
         assert d.loss == pytest.approx(float(loss))
     # uniform logits: KL to the uniform predictor 0, to the bigram its mean KL
-    kl = strategy_kl(task, jnp.zeros((8, 30, 3)), tokens)
+    kl = eqx.filter_jit(strategy_kl)(task, jnp.zeros((8, 30, 3)), tokens)
     bigram = q[2][:, :-1]
-    expected = (bigram * jnp.log(bigram * 3)).sum(-1).mean()
+    expected = (bigram * np.log(bigram * 3)).sum(-1).mean()
     np.testing.assert_allclose(kl[0], 0.0, atol=1e-12)
     np.testing.assert_allclose(kl[2], expected, rtol=1e-10)
     with pytest.raises(ValueError, match="must be"):

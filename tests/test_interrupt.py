@@ -35,6 +35,23 @@ def _flow_problem():
     return PopulationLoss(chain), model
 
 
+class _Asked:
+    """One interrupt object for the Tsit5 solves below: the object is part of the
+    compiled solve (its host callback), so with one object and the same settings
+    they share one program; each test sets whom it asks."""
+
+    def __init__(self):
+        self.ask = None
+
+    def __call__(self):
+        return self.ask()
+
+
+ASKED = _Asked()
+#: the settings of those solves (t1 and the saves' times are traced)
+WATCHED = dict(solver=diffrax.Tsit5(), interrupt=ASKED, progress=False)
+
+
 def test_the_watch_notes_a_signal_and_restores_the_wakeup_fd():
     # whatever an earlier test or library left: Python's own SIGINT handler, and
     # the wakeup fd that was set before (an event loop may have set one)
@@ -85,13 +102,13 @@ def test_a_solve_ends_where_its_interrupt_turns_true():
             return self.calls >= self.limit
 
     interrupt = Counting()
-    kw = dict(solver=diffrax.Tsit5(), interrupt=interrupt)
+    ASKED.ask = interrupt
     with pytest.raises(KeyboardInterrupt, match="inside the solve"):
-        gflow.solve_flow(loss, model, t1=3000.0, **kw)
+        gflow.solve_flow(loss, model, t1=3000.0, **WATCHED)
     assert 4 <= interrupt.calls <= 8
     # never true: a short solve runs to its end and asks all along
     interrupt.calls, interrupt.limit = 0, 10**9
-    traj = gflow.solve_flow(loss, model, t1=30.0, **kw)
+    traj = gflow.solve_flow(loss, model, t1=30.0, **WATCHED)
     assert traj.status == "success" and interrupt.calls >= 2
     with pytest.raises(ValueError, match="check_every"):
         gflow.dynamics.solvers.Watched(
@@ -342,13 +359,6 @@ def test_a_signal_handled_inside_a_host_callback_is_still_an_interrupt():
                 raise KeyboardInterrupt
             return self.calls > 4  # the watch saw the signal
 
+    ASKED.ask = RaisingInside()
     with pytest.raises(KeyboardInterrupt, match="inside the solve"):
-        gflow.solve_flow(
-            loss,
-            model,
-            t1=3000.0,
-            ts=[0.0, 3000.0],
-            solver=diffrax.Tsit5(),
-            interrupt=RaisingInside(),
-            progress=False,
-        )
+        gflow.solve_flow(loss, model, t1=3000.0, **WATCHED)

@@ -277,34 +277,45 @@ A = jnp.array([0.5, 1.0, 1.5])
 W0 = {"w": jnp.array([1.0, -2.0, 0.5])}
 
 
-def _flow(t0, ts):
+def _flow(t0, t1, ts=None):
     # Tsit5 alone: the clock is solve_flow's, whichever solver it drives (the
-    # default AutoSwitch compiles for twice as long)
+    # default AutoSwitch compiles for twice as long). One budget of 100 steps for
+    # every solve here: max_steps is static, t0, t1, ts and the tolerances are
+    # traced, so the four solves of `flows` are one compiled program (201 saves
+    # each, the default's number)
     return gflow.solve_flow(
         Quadratic(A),
         W0,
         t0=t0,
-        t1=float(ts[-1]),
+        t1=t1,
         ts=ts,
         solver=diffrax.Tsit5(),
         rtol=1e-10,
         atol=1e-12,
+        max_steps=100,
         save_params=True,
     )
 
 
 @pytest.fixture(scope="module")
 def flows():
-    """The flow from (t0 = 0.7, W0) and from (0, W0) over the same 1.3 of time,
-    saved at the same offsets (one compiled program: t0, t1 and ts are traced)."""
-    offsets = np.array([0.0, 0.1, 0.35, 0.9, 1.3])
-    return offsets, _flow(0.7, 0.7 + offsets), _flow(0.0, offsets)
+    """The flow from (t0 = 0.7, W0) and from (0, W0) over the same 1.3 of time, saved
+    at the same uneven offsets; the flow from 0.7 to 2 at the default saves; and the
+    flow from 0.7 to 1000.7, which 100 steps cannot reach (these tolerances take 42
+    steps for 1.3 of time; its 100 steps end near t = 4)."""
+    offsets = 1.3 * np.linspace(0.0, 1.0, 201) ** 2
+    return (
+        offsets,
+        _flow(0.7, 2.0, 0.7 + offsets),
+        _flow(0.0, 1.3, offsets),
+        {"default": _flow(0.7, 2.0), "short": _flow(0.7, 1000.7)},
+    )
 
 
 def test_the_flow_from_t0_is_the_closed_form_at_the_times_asked(flows):
     """Started at t0 = 0.7, the flow is w0 e^{−a (t − 0.7)}, recorded at exactly the
     times asked for."""
-    offsets, late, _ = flows
+    offsets, late, _, _ = flows
     ts = 0.7 + offsets
     assert late.ok and late.info["t0"] == 0.7
     np.testing.assert_array_equal(late.t, ts)  # exactly the times asked for
@@ -318,7 +329,7 @@ def test_the_flow_from_t0_is_the_closed_form_at_the_times_asked(flows):
 
 def test_the_flow_is_autonomous(flows):
     """From (t0, y) to t1 is from (0, y) to t1 − t0: only the elapsed time counts."""
-    offsets, late, early = flows
+    offsets, late, early, _ = flows
     np.testing.assert_array_equal(early.t, offsets)
     np.testing.assert_allclose(late.params["w"], early.params["w"], rtol=1e-9)
     for name in ("loss", "grad_norm"):
@@ -327,27 +338,15 @@ def test_the_flow_is_autonomous(flows):
         )
 
 
-def test_default_saves_start_at_t0_and_a_short_budget_says_max_steps():
+def test_default_saves_start_at_t0_and_a_short_budget_says_max_steps(flows):
     """Without ``ts`` the saves are evenly spaced from t0 (not from 0) to t1; a
     solve stopped by ``max_steps`` reports ``max_steps`` (not ``failed``).
 
     Catches the default save times computed from 0, and the status names of the
     result codes swapped."""
-    default = gflow.solve_flow(
-        Quadratic(A), W0, t0=0.7, t1=2.0, solver=diffrax.Tsit5(), progress=False
-    )
+    default, short = flows[3]["default"], flows[3]["short"]
     assert default.ok and default.t[0] == 0.7 and default.t[-1] == 2.0
     np.testing.assert_allclose(np.diff(default.t), np.diff(default.t)[0], rtol=1e-12)
-    short = gflow.solve_flow(
-        Quadratic(A),
-        W0,
-        t0=0.7,
-        t1=2.0,
-        solver=diffrax.Tsit5(),
-        max_steps=1,
-        progress=False,
-        ts=np.array([0.7, 2.0]),
-    )
     assert short.status == "max_steps" and not short.ok
 
 
@@ -443,7 +442,8 @@ def test_the_optimizer_clock_is_the_running_sum_of_its_steps(given):
 
 
 def _stacked(model, n):
-    return jax.tree.map(lambda x: jnp.stack([x] * n), model)
+    # numpy leaves, as a solve's saves are (and no op-by-op compile per shape)
+    return jax.tree.map(lambda x: np.stack([np.asarray(x)] * n), model)
 
 
 def _run(snaps, n):
@@ -464,19 +464,18 @@ def test_moving_one_block_moves_only_its_distance():
     ref = _run(_stacked(model, n), n)
     snaps = ref.params
     want = {block: np.zeros(n) for block in ("total", "W_E", "W_P", "W_A")}
+    W_Q, W_K = np.asarray(model.W_Q), np.asarray(model.W_K)
     for i, name in enumerate(names, start=1):
         old = getattr(model, name)
-        delta = 1e-3 * jax.random.normal(jax.random.key(i), old.shape)
-        snaps = eqx.tree_at(
-            lambda m, name=name: getattr(m, name),
-            snaps,
-            getattr(snaps, name).at[i].add(delta),
-        )
+        delta = 1e-3 * np.random.default_rng(i).normal(size=old.shape)
+        moved_block = getattr(snaps, name).copy()
+        moved_block[i] += delta
+        snaps = eqx.tree_at(lambda m, name=name: getattr(m, name), snaps, moved_block)
         want["total"][i] = np.linalg.norm(delta)
         if name in ("W_E", "W_P"):
             want[name][i] = np.linalg.norm(delta)
         else:
-            moved = delta @ model.W_K.T if name == "W_Q" else model.W_Q @ delta.T
+            moved = delta @ W_K.T if name == "W_Q" else W_Q @ delta.T
             want["W_A"][i] = np.linalg.norm(moved)
     run = _run(snaps, n)
     dist = gflow.parameter_distance(run, ref)
@@ -501,8 +500,10 @@ def test_moving_one_leaf_of_a_transformer_moves_only_its_distance():
     want = np.zeros((len(leaves), n))
     moved = []
     for i, leaf in enumerate(leaves):
-        delta = 1e-3 * (i + 1) * jnp.ones(leaf.shape)
-        moved.append(jnp.stack([leaf] * n).at[i + 1].add(delta))
+        delta = 1e-3 * (i + 1) * np.ones(leaf.shape)
+        stack = np.stack([np.asarray(leaf)] * n)
+        stack[i + 1] += delta
+        moved.append(stack)
         want[i, i + 1] = np.linalg.norm(delta)
     run = _run(jax.tree.unflatten(treedef, moved), n)
     dist = gflow.parameter_distance(run, ref)

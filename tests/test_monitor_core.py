@@ -31,8 +31,14 @@ def _setup():
 
 def _attention(model, probe):
     """[l, h, b, s, s] from the model's own attention rows."""
-    a = jax.vmap(model.attention)(probe[:, :-1])  # [b, l, h, s, s]
+    a = _rows(model, probe[:, :-1])  # [b, l, h, s, s]
     return np.moveaxis(np.asarray(a), 0, 2)
+
+
+# the model's attention rows and last-position logits of each probe row, each
+# compiled once (not run op by op)
+_rows = eqx.filter_jit(lambda model, x: jax.vmap(model.attention)(x))
+_logits = eqx.filter_jit(lambda model, x: jax.vmap(model)(x))
 
 
 def test_attention_signals_equal_the_jax_observables():
@@ -66,9 +72,7 @@ def test_record_writes_what_observe_writes(tmp_path):
     traj, _, _ = gflow.load_monitor(tmp_path / "jax")
     # the probe loss against numpy: each sequence's last token under the model's
     # logits at the position before it, row by row
-    logits = np.stack(
-        [np.asarray(model(jnp.asarray(row[:-1])), float) for row in probe]
-    )
+    logits = np.asarray(_logits(model, jnp.asarray(probe[:, :-1])), float)
     top = logits.max(axis=1, keepdims=True)
     logp = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
     want = -np.mean(logp[np.arange(len(probe)), probe[:, -1]])

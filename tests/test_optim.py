@@ -7,11 +7,16 @@ import pytest
 
 from gflow import run_optimizer
 
+#: One SGD object and one (steps, save_every) for the runs below that can share
+#: a compiled loop: the optimizer and the step counts are static, so each new
+#: ``optax.inject_hyperparams(...)`` object compiled the loop again
+SGD = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+STEPS = dict(steps=25, save_every=10)
+
 
 def test_constant_clock_and_saves(setup):
     loss, model = setup
-    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
-    tr = run_optimizer(loss, model, opt, steps=25, save_every=10)
+    tr = run_optimizer(loss, model, SGD, **STEPS)
     # saves at steps 0, 10, 20 and the last step 25
     np.testing.assert_allclose(tr.t, [0.0, 1.0, 2.0, 2.5], rtol=1e-12)
     assert tr.metrics["loss"][0] == pytest.approx(float(loss(model)))
@@ -34,27 +39,22 @@ def test_plain_optimizer_needs_learning_rate(setup):
     loss, model = setup
     with pytest.raises(ValueError, match="inject_hyperparams"):
         run_optimizer(loss, model, optax.sgd(0.1), steps=3)
-    a = run_optimizer(
-        loss, model, optax.sgd(0.1), steps=5, learning_rate=0.1, save_every=5
-    )
-    b = run_optimizer(
-        loss,
-        model,
-        optax.inject_hyperparams(optax.sgd)(learning_rate=0.1),
-        steps=5,
-        save_every=5,
-    )
+    a = run_optimizer(loss, model, optax.sgd(0.1), learning_rate=0.1, **STEPS)
+    b = run_optimizer(loss, model, SGD, **STEPS)
     np.testing.assert_allclose(a.t, b.t)
     np.testing.assert_allclose(a.final.W_E, b.final.W_E, rtol=1e-12)
 
 
 def test_huge_step_is_diverged_with_its_step(setup):
     loss, model = setup
-    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=1e9)
-    tr = run_optimizer(loss, model, opt, steps=20, save_every=1)
+    # SGD's step size set to 1e9 in its state: the loop compiled above runs it
+    state = SGD.init(eqx.filter(model, eqx.is_inexact_array))
+    lr = state.hyperparams["learning_rate"]
+    state.hyperparams["learning_rate"] = jnp.full_like(lr, 1e9)  # its dtype kept
+    tr = run_optimizer(loss, model, SGD, opt_state=state, **STEPS)
     assert tr.status == "diverged"
     k = tr.stats["diverged_step"]
-    assert 0 <= k < 20
+    assert 0 <= k < 25
     assert np.all(np.isfinite(np.asarray(tr.final.W_E)))
     assert np.isnan(tr.metrics["loss"][-1])
 

@@ -2,6 +2,7 @@
 and the default flow against a tight Dopri8 reference on a short horizon."""
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -92,9 +93,12 @@ def test_rkc2_spectral_radius_matches_dense_hessian():
     )
     loss = PopulationLoss(chain)
     x0, unravel = flatten(model)
-    evals = np.linalg.eigvalsh(np.asarray(dense_hessian(loss, model)))
+    evals = np.linalg.eigvalsh(np.asarray(eqx.filter_jit(dense_hessian)(loss, model)))
     field = diffrax.ODETerm(lambda t, x, args: -jax.grad(lambda z: loss(unravel(z)))(x))
-    state = RKC2(init_power_iters=300).init(field, 0.0, 1.0, x0, None)
+    # the 300 power iterations compiled once, not run op by op
+    state = jax.jit(
+        lambda x0: RKC2(init_power_iters=300).init(field, 0.0, 1.0, x0, None)
+    )(x0)
     assert float(state.rho) == pytest.approx(np.abs(evals).max(), rel=1e-3)
 
 
@@ -159,15 +163,17 @@ def _decay(t, y, args):
 
 def _one_step(solver, h, y0=None, made_jump=False):
     """One step of ``solver`` on y' = -λ y from y0 (ones) over [0, h], jitted."""
-    term = diffrax.ODETerm(_decay)
     y0 = jnp.ones(4) if y0 is None else y0
+    return _init_and_step(solver, jnp.asarray(h), y0, made_jump)
 
-    @jax.jit
-    def go(h):
-        state = solver.init(term, 0.0, h, y0, None)
-        return state, solver.step(term, 0.0, h, y0, None, state, made_jump)
 
-    return go(jnp.asarray(h))
+@eqx.filter_jit
+def _init_and_step(solver, h, y0, made_jump):
+    """Compiled once per solver's settings (equal settings share the program, h and
+    y0 are traced), not once per call."""
+    term = diffrax.ODETerm(_decay)
+    state = solver.init(term, 0.0, h, y0, None)
+    return state, solver.step(term, 0.0, h, y0, None, state, made_jump)
 
 
 def test_rkc2_step_is_stable_with_the_stages_it_picks():
@@ -206,13 +212,22 @@ def test_rkc2_restarts_its_power_iteration_on_a_zero_jacobian():
     unit start vector, so tracking can resume."""
     term = diffrax.ODETerm(lambda t, y, args: jnp.ones_like(y))
     y0 = jnp.zeros(3)
-    state = RKC2(init_power_iters=3).init(term, 0.0, 1.0, y0, None)
+
+    # compiled rather than run op by op; traced twice, so that a start vector
+    # drawn anew at each call would differ
+    def init():
+        return jax.jit(
+            lambda y0: RKC2(init_power_iters=3).init(term, 0.0, 1.0, y0, None)
+        )(y0)
+
+    state = init()
     assert float(state.rho) == 0.0
     assert float(jnp.linalg.norm(state.v)) == pytest.approx(1.0, rel=1e-12)
-    again = RKC2(init_power_iters=3).init(term, 0.0, 1.0, y0, None)
+    again = init()
     np.testing.assert_array_equal(state.v, again.v)  # deterministic
     # a jump recomputes f0 and counts that evaluation
-    tracked = RKC2().track(term, 0.0, y0, None, state, jnp.asarray(True))
+    track = jax.jit(lambda y0, state: RKC2().track(term, 0.0, y0, None, state, True))
+    tracked = track(y0, state)
     assert int(tracked.num_evals) == int(state.num_evals) + 2 + 1
     np.testing.assert_allclose(tracked.f0, jnp.ones(3))
 

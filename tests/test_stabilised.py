@@ -170,9 +170,14 @@ def test_rock4_rejects_a_step_beyond_152_stages_for_free():
     term = diffrax.ODETerm(lambda t, y, args: -LAMBDAS * y)
     y0 = jnp.ones(40)
     solver = ROCK4()
-    state = solver.init(term, 0.0, 1.0, y0, None)
+
+    @jax.jit  # one program, rather than the solver's operations one by one
+    def init_and_step(y0):
+        state = solver.init(term, 0.0, 1.0, y0, None)
+        return state, solver.step(term, 0.0, 1.0, y0, None, state, False)
+
     # h ρ = 1.2 · 1e4 · 1 ≫ 0.353 · 151²: rejected, no evaluation charged
-    y1, err, _, new, _ = solver.step(term, 0.0, 1.0, y0, None, state, False)
+    state, (y1, err, _, new, _) = init_and_step(y0)
     assert np.all(np.isinf(np.asarray(err)))
     assert int(new.num_evals) == int(state.num_evals) + 2  # the ρ update only
     np.testing.assert_array_equal(y1, y0)
@@ -183,7 +188,9 @@ def test_rock4_rejects_a_step_beyond_152_stages_for_free():
 
 def test_phi_functions_against_closed_forms():
     x = np.array([-1e4, -50.0, -1.0, -0.51, -0.49, -1e-3, 0.0, 0.3, 2.0])
-    got = [np.asarray(phi(k, jnp.asarray(x))) for k in range(4)]
+    # compiled once, as inside a step, rather than run op by op
+    phis = jax.jit(lambda x: [phi(k, x) for k in range(4)])
+    got = [np.asarray(p) for p in phis(jnp.asarray(x))]
     with np.errstate(divide="ignore", invalid="ignore"):
         e = np.exp(x)
         want = [
@@ -196,8 +203,9 @@ def test_phi_functions_against_closed_forms():
         # the closed forms lose digits to cancellation near 0; 1e-7 is theirs
         np.testing.assert_allclose(got[k], want[k], rtol=1e-7, atol=1e-300)
     # near 0 the series: φₖ(x) ≈ 1/k! + x/(k+1)!
+    near0 = phis(jnp.asarray(1e-6))
     for k, f0, f1 in ((1, 1.0, 0.5), (2, 0.5, 1 / 6), (3, 1 / 6, 1 / 24)):
-        assert float(phi(k, jnp.asarray(1e-6))) == pytest.approx(f0 + 1e-6 * f1, 1e-12)
+        assert float(near0[k]) == pytest.approx(f0 + 1e-6 * f1, 1e-12)
 
 
 def test_lanczos_ritz_values_match_a_dense_eigensolver():
@@ -224,10 +232,12 @@ def test_exprb32_is_exact_on_a_stiff_linear_flow():
     a = jnp.asarray(q @ np.diag(lam) @ q.T)
     term = diffrax.ODETerm(lambda t, y, args: -a @ y)
     y0 = jnp.asarray(rng.normal(size=5))
+    # one compiled step for both lengths (h traced)
+    step = jax.jit(
+        lambda h: exprb32_step(term, 0.0, h, y0, term.vf(0.0, y0, None), None, 5)
+    )
     for h in (0.1, 10.0):  # h λ_max = 1e3, 1e5
-        y1, f1, err, rho = exprb32_step(
-            term, 0.0, h, y0, term.vf(0.0, y0, None), None, 5
-        )
+        y1, f1, err, rho = step(h)
         exact = q @ (np.exp(-h * lam) * (q.T @ np.asarray(y0)))
         np.testing.assert_allclose(y1, exact, rtol=1e-9, atol=1e-12)
         assert np.abs(np.asarray(err)).max() < 1e-8
@@ -282,8 +292,13 @@ def test_autoswitch_explicit_step_is_tsit5_and_reads_h_rho_from_its_stages():
         term, 0.0, h, y0, -lam * y0, None
     )
     tsit = diffrax.Tsit5()
-    state = tsit.init(term, 0.0, h, y0, None)
-    y_ref, err_ref, *_ = tsit.step(term, 0.0, h, y0, None, state, False)
+
+    @jax.jit  # Diffrax's step compiled, as inside a solve
+    def tsit5_reference(y0):
+        state = tsit.init(term, 0.0, h, y0, None)
+        return tsit.step(term, 0.0, h, y0, None, state, False)
+
+    y_ref, err_ref, *_ = tsit5_reference(y0)
     np.testing.assert_allclose(y1, y_ref, rtol=1e-14)
     np.testing.assert_allclose(err, err_ref, rtol=1e-9, atol=1e-18)
     np.testing.assert_allclose(f1, -lam * y1, rtol=1e-14)
@@ -296,20 +311,26 @@ def test_exponential_steps_interpolate_as_cubic_hermite():
     rng = np.random.default_rng(3)
     y0, y1, f0, f1 = ({"a": jnp.asarray(rng.normal(size=(2, 3)))} for _ in range(4))
     h = 0.7
-    ks = hermite_stages(h, y0, y1, f0, f1)
-    quartic = diffrax.Tsit5.interpolation_cls(t0=1.0, t1=1.0 + h, y0=y0, y1=y1, k=ks)
-    cubic = diffrax.ThirdOrderHermitePolynomialInterpolation(
-        t0=1.0,
-        t1=1.0 + h,
-        y0=y0,
-        y1=y1,
-        k0=jax.tree.map(lambda f: h * f, f0),
-        k1=jax.tree.map(lambda f: h * f, f1),
-    )
-    for t in (1.0, 1.2, 1.55, 1.7):
-        np.testing.assert_allclose(
-            quartic.evaluate(t)["a"], cubic.evaluate(t)["a"], rtol=1e-10, atol=1e-12
+    times = (1.0, 1.2, 1.55, 1.7)
+
+    @jax.jit  # one program, rather than the interpolations' operations one by one
+    def both(y0, y1, f0, f1):
+        ks = hermite_stages(h, y0, y1, f0, f1)
+        quartic = diffrax.Tsit5.interpolation_cls(
+            t0=1.0, t1=1.0 + h, y0=y0, y1=y1, k=ks
         )
+        cubic = diffrax.ThirdOrderHermitePolynomialInterpolation(
+            t0=1.0,
+            t1=1.0 + h,
+            y0=y0,
+            y1=y1,
+            k0=jax.tree.map(lambda f: h * f, f0),
+            k1=jax.tree.map(lambda f: h * f, f1),
+        )
+        return [(quartic.evaluate(t)["a"], cubic.evaluate(t)["a"]) for t in times]
+
+    for q, c in both(y0, y1, f0, f1):
+        np.testing.assert_allclose(q, c, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.slow
@@ -362,7 +383,9 @@ def _race_state(method, **kw):
         cost_evals=jnp.asarray([18.0, 10.0]),
         cost_h=jnp.asarray([0.1, 0.1]),
     )
-    base.update({k: jnp.asarray(v) for k, v in kw.items()})
+    # each field keeps its dtype (an int given here is int32, as in a solve), so
+    # every state below runs through the same compiled _next_state
+    base.update({k: jnp.asarray(v, base[k].dtype) for k, v in kw.items()})
     return AutoState(**base)
 
 
@@ -473,11 +496,17 @@ def test_autoswitch_enters_split_rkc2_with_a_basis_made_at_the_switch():
         CHEBYSHEV, f0=-A @ y0, basis=basis, band=band, steps_in_mode=0
     )
     calls.clear()
+    # the step's end as an array: one compiled step serves both (a Python float is
+    # static under filter_jit)
     step = eqx.filter_jit(type(solver).step)
-    _, err, _, _, _ = step(solver, term, 0.0, 2.0, y0, None, entering, False)
+    _, err, _, _, _ = step(
+        solver, term, 0.0, jnp.asarray(2.0), y0, None, entering, False
+    )
     jax.effects_barrier()
     assert not calls and bool(jnp.all(jnp.isinf(err)))
-    _, err, _, new, _ = step(solver, term, 0.0, 0.01, y0, None, entering, False)
+    _, err, _, new, _ = step(
+        solver, term, 0.0, jnp.asarray(0.01), y0, None, entering, False
+    )
     jax.effects_barrier()
     assert calls and bool(jnp.all(jnp.isfinite(err)))
     # its stages' calls and the 2 products of one subspace iteration (2 each)
