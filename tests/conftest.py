@@ -37,7 +37,9 @@ def _one_worker_per_module(config):
     runs back to back at the same load (about 5). An explicit ``--dist`` wins."""
     if getattr(config.option, "dist", None) != "load":
         return
-    if any(a == "--dist" or a.startswith("--dist=") for a in config.invocation_params.args):
+    if any(
+        a == "--dist" or a.startswith("--dist=") for a in config.invocation_params.args
+    ):
         return
     config.option.dist = "loadscope"
 

@@ -157,7 +157,7 @@ def test_layernorm_sigmas_are_the_spreads_each_layernorm_reads():
     stream after attention), the final LayerNorm read at every position, and the
     spread taken over the wrong axis."""
     from gflow.analysis import layernorm_sigmas, smallest_layernorm_sigma
-    from gflow.problems.transformer import LayerNorm
+    from gflow.problems import LayerNorm
 
     seen = []
 

@@ -119,6 +119,12 @@ RELATED = {
     "gflow/runs/program_cache.py": [_KEYS, "test_program_cache.py"],
     "gflow/monitor/reduce.py": [_MONITOR, "test_monitor_core.py"],
     "gflow/monitor/signals.py": [_MONITOR, "test_monitor_core.py"],
+    "gflow/analysis/head_observables.py": [
+        _MONITOR,
+        "test_monitor_core.py",
+        "test_public_api.py",
+        "test_train_methods.py",
+    ],
     "gflow/text/windows.py": [_TEXT, "test_text_data.py", "test_token_ids.py"],
     "gflow/text/counts.py": [_TEXT, "test_text_model.py"],
     "gflow/text/fullbatch.py": [
